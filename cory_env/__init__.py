@@ -1,0 +1,41 @@
+"""cory-env: LLM fine-tuning with cooperative multi-agent RL (CORY) as a PettingZoo environment.
+
+    >>> import cory_env, pettingzoo
+    >>> e = pettingzoo.make("aec", "cory/PioneerObserver-v0", num_conversations=8)  # doctest: +SKIP
+
+See :mod:`cory_env.pioneer_observer` for the environment's documentation.
+"""
+
+import pettingzoo
+
+from cory_env.pioneer_observer import (
+    OBSERVER,
+    PIONEER,
+    PioneerObserverEnv,
+    PromptTooLongError,
+    env,
+    raw_env,
+)
+from cory_env.prompts import Prompt, PromptSource, as_prompt_source
+from cory_env.rewards import RewardFunctionError
+from cory_env.wrappers import CollectiveRewardWrapper, RoleExchangeWrapper
+
+ENV_ID = "cory/PioneerObserver-v0"
+pettingzoo.register("aec", ENV_ID, entry_point="cory_env.pioneer_observer:env")
+
+__version__ = "0.1.0"
+__all__ = [
+    "ENV_ID",
+    "OBSERVER",
+    "PIONEER",
+    "CollectiveRewardWrapper",
+    "PioneerObserverEnv",
+    "Prompt",
+    "PromptSource",
+    "PromptTooLongError",
+    "RewardFunctionError",
+    "RoleExchangeWrapper",
+    "as_prompt_source",
+    "env",
+    "raw_env",
+]

@@ -1,0 +1,514 @@
+"""# Pioneer → Observer
+
+Text generation as a sequential two-agent game (CORY, Ma et al., NeurIPS 2024).
+
+| Import               | `from cory_env import env` or `pettingzoo.make("aec", "cory/PioneerObserver-v0")` |
+|----------------------|-----------------------------------------------------------------------------------|
+| Actions              | Discrete (one token id); MultiDiscrete (one per conversation) in the batched form |
+| Agents               | `agents = ["pioneer", "observer"]`                                                |
+| Action shape         | `()`, or `(B,)` with `num_conversations=B`                                          |
+| Action values        | token ids in `[0, vocab_size)`                                                     |
+| Observation shape    | Dict of Box: `input_ids`, `attention_mask` `(L,)` or `(B, L)`; scalars `(1,)`      |
+| Rewards              | task rewards of both responses, at the end of the episode                        |
+
+The **pioneer** answers the query; the **observer** answers the same query with the
+pioneer's answer in its prompt (knowledge transfer). One `step` is one token. A turn
+ends at a stop token (EOS) or after `max_new_tokens`; the episode ends after the
+observer's turn, and then both agents are terminated (step them with `None`, as usual).
+
+### Batched form
+
+With `num_conversations=B` the environment advances `B` conversations in lockstep:
+the action is `B` token ids (one model forward serves them all). A conversation whose
+turn is over ignores further tokens (they are not appended); the turn ends when every
+conversation's turn is over.
+
+### Observations
+
+`observe(agent)` gives the agent's own context, left-padded to the fixed width
+`L = context_length`, newest token in the last column:
+
+| key              | shape            | meaning                                                     |
+|------------------|------------------|-------------------------------------------------------------|
+| `input_ids`      | `(L,)`/`(B, L)`  | context token ids (prompt, then the response so far)        |
+| `attention_mask` | `(L,)`/`(B, L)`  | 1 for real tokens, 0 for padding (and for ignored tokens)   |
+| `past_length`    | `(1,)`           | trailing columns before the new ones that a KV cache built  |
+|                  |                  | over this turn already holds; 0 at the start of a turn      |
+| `num_new_tokens` | `(1,)`           | trailing columns new since the agent's previous step: the   |
+|                  |                  | whole prompt at the start of a turn, then 1                  |
+| `role`           | `(1,)`           | 0 for pioneer, 1 for observer                               |
+
+A policy with a KV cache therefore feeds `input_ids[..., -num_new_tokens:]` with the
+mask `attention_mask[..., -(past_length + num_new_tokens):]`, and starts a fresh
+cache when `past_length == 0`. Before its turn, an agent observes an all-padding
+context with `num_new_tokens == 0`. Every step shifts all rows by one column, so a
+cache stays aligned in the batched form.
+
+### Rewards and infos
+
+A reward function `(queries, responses, **metadata) -> list[float]` scores each
+agent's responses when its turn ends (metadata comes from the prompts). Rewards are
+delivered at the end of the episode. PettingZoo rewards are scalars, so in the batched
+form `rewards[agent]` (and `last()`'s reward) is the **mean over conversations**; the
+per-conversation values are in `infos[agent]["reward"]`.
+
+`infos[agent]` always has `role`; when the agent's turn ends it gains `query`,
+`context` (the text it was prompted with), `response` (decoded, without special
+tokens), `response_length` and `task_reward` (its own score); at the episode end
+`reward` (what it receives: its task reward here, the collective reward under
+:class:`~cory_env.CollectiveRewardWrapper`). In the batched form these are lists or
+arrays over conversations.
+
+### Arguments
+
+``PioneerObserverEnv(tokenizer=None, prompts=None, reward_fn=None, *, num_conversations=None,
+max_new_tokens=16, context_length=256, pioneer_template="{query}",
+observer_template=SENTIMENT_OBSERVER, knowledge_transfer=True, stop_token_ids=None,
+vocab_size=None, render_mode=None)``
+
+- `tokenizer`: a Hugging Face tokenizer; `None` loads the embedded default's (`smollm2-135m`).
+- `prompts`: a :class:`~cory_env.prompts.PromptSource` or a list of strings; `None`
+  gives movie-review prefixes (IMDB when available, Rotten Tomatoes offline).
+- `reward_fn`: batched reward function; `None` gives VADER sentiment.
+- `num_conversations`: `None` for the single form, `B` for the batched form.
+- `max_new_tokens`: int, or `(low, high)` to sample the limit per episode (paper: 4-15).
+- `context_length`: observation width `L`; each prompt plus `max_new_tokens` must fit.
+- `pioneer_template`, `observer_template`: see :mod:`cory_env.templates`.
+- `knowledge_transfer`: `False` gives the observer the pioneer's prompt (the paper's ablation).
+- `stop_token_ids`: tokens that end a turn; default: the tokenizer's EOS.
+- `vocab_size`: action-space size; default `len(tokenizer)`.
+
+### Bad input
+
+Token ids that are not integers, or are out of range, raise with the offending id; a
+non-`None` action for a terminated agent, or a step after the episode ended, raises
+and says to `reset()`; a prompt that does not fit the context raises
+:class:`PromptTooLongError`; a reward function that raises or returns a wrong number of
+values or non-finite values raises :class:`~cory_env.rewards.RewardFunctionError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium.utils import seeding
+from pettingzoo import AECEnv
+from pettingzoo.utils import AgentSelector, wrappers
+
+from cory_env.prompts import Prompt, PromptSource, as_prompt_source
+from cory_env.rewards.base import RewardFunction, score_responses
+from cory_env.templates import (
+    SENTIMENT_OBSERVER,
+    SENTIMENT_PIONEER,
+    Template,
+    check_template,
+    render,
+)
+
+PIONEER, OBSERVER = "pioneer", "observer"
+ROLES = (PIONEER, OBSERVER)
+
+
+class PromptTooLongError(ValueError):
+    """A prompt (plus the tokens to generate) does not fit the context window."""
+
+
+@dataclass
+class _Turn:
+    """One agent's turn: its context buffer and how far its response has got."""
+
+    tokens: np.ndarray  # (B, L + max_new_tokens) prompt right-aligned in [0, L), response from L
+    mask: np.ndarray
+    prompt_texts: list[str]
+    prompt_width: int  # longest prompt in the batch, in tokens
+    over: np.ndarray  # (B,) bool: this conversation's turn has ended
+    response_length: np.ndarray  # (B,) tokens appended (stop token included)
+    t: int = 0  # steps taken in this turn
+
+
+class PioneerObserverEnv(AECEnv):
+    metadata = {
+        "name": "cory/PioneerObserver-v0",
+        "render_modes": ["human", "ansi"],
+        "is_parallelizable": False,
+    }
+
+    def __init__(
+        self,
+        tokenizer: Any = None,
+        prompts: PromptSource | Sequence[str] | None = None,
+        reward_fn: RewardFunction | None = None,
+        *,
+        num_conversations: int | None = None,
+        max_new_tokens: int | tuple[int, int] = 16,
+        context_length: int = 256,
+        pioneer_template: Template = SENTIMENT_PIONEER,
+        observer_template: Template = SENTIMENT_OBSERVER,
+        knowledge_transfer: bool = True,
+        stop_token_ids: Sequence[int] | None = None,
+        vocab_size: int | None = None,
+        render_mode: str | None = None,
+    ):
+        super().__init__()
+        if tokenizer is None:
+            from cory_env.models import load_tokenizer
+
+            tokenizer = load_tokenizer()
+        if prompts is None:
+            from cory_env.tasks.sentiment import sentiment_prompts
+
+            prompts = sentiment_prompts(tokenizer)
+        if reward_fn is None:
+            from cory_env.rewards.sentiment import vader_sentiment
+
+            reward_fn = vader_sentiment
+        if not callable(reward_fn):
+            raise TypeError(f"reward_fn must be callable (queries, responses, **metadata), got {reward_fn!r}")
+        if num_conversations is not None and (
+            isinstance(num_conversations, bool) or not isinstance(num_conversations, int) or num_conversations < 1
+        ):
+            raise ValueError(f"num_conversations must be a positive int or None, got {num_conversations!r}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
+        check_template(pioneer_template, allow_response=False, name="pioneer_template")
+        check_template(observer_template, allow_response=True, name="observer_template")
+
+        self.tokenizer = tokenizer
+        self.prompt_source = as_prompt_source(prompts)
+        self.reward_fn = reward_fn
+        self.batched = num_conversations is not None
+        self.num_conversations = num_conversations or 1
+        self.max_new_tokens_range = _token_range(max_new_tokens)
+        self.context_length = int(context_length)
+        self.pioneer_template = pioneer_template
+        self.observer_template = observer_template if knowledge_transfer else pioneer_template
+        self.knowledge_transfer = knowledge_transfer
+        self.render_mode = render_mode
+
+        self.vocab_size = int(vocab_size if vocab_size is not None else len(tokenizer))
+        self.pad_token_id = _pad_token_id(tokenizer)
+        if stop_token_ids is None:
+            eos = tokenizer.eos_token_id
+            stop_token_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+        self.stop_token_ids = np.asarray(sorted(set(int(t) for t in stop_token_ids)), dtype=np.int64)
+        for t in [self.pad_token_id, *self.stop_token_ids]:
+            if not 0 <= t < self.vocab_size:
+                raise ValueError(f"special token id {t} is outside the vocabulary [0, {self.vocab_size})")
+        window = getattr(tokenizer, "model_max_length", None)
+        if window is not None and window < 10**7 and self.context_length > window:
+            raise ValueError(
+                f"context_length={self.context_length} exceeds the tokenizer's model_max_length={window}; "
+                f"use context_length <= {window}"
+            )
+        if self.context_length <= self.max_new_tokens_range[1]:
+            raise ValueError(
+                f"context_length={self.context_length} leaves no room for a prompt with "
+                f"max_new_tokens up to {self.max_new_tokens_range[1]}; raise context_length"
+            )
+
+        self.possible_agents = list(ROLES)
+        self._spaces(self.vocab_size)
+
+    # ------------------------------------------------------------------ spaces
+    def _spaces(self, vocab_size: int) -> None:
+        B, L = self.num_conversations, self.context_length
+        shape = (B, L) if self.batched else (L,)
+        scalar = lambda high: gymnasium.spaces.Box(0, high, shape=(1,), dtype=np.int64)  # noqa: E731
+        obs = gymnasium.spaces.Dict(
+            {
+                "input_ids": gymnasium.spaces.Box(0, vocab_size - 1, shape=shape, dtype=np.int64),
+                "attention_mask": gymnasium.spaces.Box(0, 1, shape=shape, dtype=np.int64),
+                "past_length": scalar(L),
+                "num_new_tokens": scalar(L),
+                "role": scalar(1),
+            }
+        )
+        act = (
+            gymnasium.spaces.MultiDiscrete(np.full(B, vocab_size, dtype=np.int64))
+            if self.batched
+            else gymnasium.spaces.Discrete(vocab_size)
+        )
+        # Same objects every call, one per agent (they are seeded independently).
+        self._observation_spaces = {a: obs if a == PIONEER else _copy_space(obs) for a in ROLES}
+        self._action_spaces = {a: act if a == PIONEER else _copy_space(act) for a in ROLES}
+        self._role_arrays = {a: _frozen(np.array([i], dtype=np.int64)) for i, a in enumerate(ROLES)}
+        empty = _frozen(np.full((B, L), self.pad_token_id, dtype=np.int64))
+        self._empty_context = (empty, _frozen(np.zeros((B, L), dtype=np.int64)))
+
+    def observation_space(self, agent: str) -> gymnasium.spaces.Dict:
+        return self._observation_spaces[agent]
+
+    def action_space(self, agent: str) -> gymnasium.spaces.Space:
+        return self._action_spaces[agent]
+
+    # ------------------------------------------------------------------ episode
+    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        if seed is not None or not hasattr(self, "np_random"):
+            self.np_random, self.np_random_seed = seeding.np_random(seed)
+        B = self.num_conversations
+        self.agents = list(self.possible_agents)
+        self.rewards = {a: 0.0 for a in self.agents}
+        self._cumulative_rewards = {a: 0.0 for a in self.agents}
+        self.terminations = {a: False for a in self.agents}
+        self.truncations = {a: False for a in self.agents}
+        self.infos = {a: {"role": a} for a in self.agents}
+        self._agent_selector = AgentSelector(self.agents)
+        self.agent_selection = self._agent_selector.reset()
+        self._skip_agent_selection = None
+
+        lo, hi = self.max_new_tokens_range
+        self.max_new_tokens = int(self.np_random.integers(lo, hi + 1))
+        self.prompts: list[Prompt] = list(self.prompt_source.sample(self.np_random, B))
+        if len(self.prompts) != B:
+            raise ValueError(f"prompt source returned {len(self.prompts)} prompts for {B} conversations")
+        self.queries = [p.query for p in self.prompts]
+        self.task_rewards: dict[str, np.ndarray] = {}
+        self.responses: dict[str, list[str]] = {}
+        self._turns: dict[str, _Turn] = {}
+        self.episode_over = False
+
+        self._start_turn(PIONEER, [render(self.pioneer_template, q) for q in self.queries])
+        # The observer's prompt grows with the pioneer's answer: check the worst case now
+        # rather than fail in the middle of the episode.
+        reserved = self.max_new_tokens if self.knowledge_transfer else 0
+        self._check_fits(OBSERVER, [render(self.observer_template, q, "") for q in self.queries], reserved)
+
+    def _check_fits(self, role: str, texts: list[str], reserved: int = 0) -> list[list[int]]:
+        """Tokenize prompts and check each, plus ``reserved`` tokens, leaves room for a response."""
+        ids = self.tokenizer(texts)["input_ids"]
+        room = self.context_length - self.max_new_tokens - reserved
+        for text, row in zip(texts, ids):
+            if len(row) > room:
+                extra = f" and up to {reserved} tokens of the pioneer's response" if reserved else ""
+                raise PromptTooLongError(
+                    f"the {role}'s prompt has {len(row)} tokens{extra}, but context_length={self.context_length} "
+                    f"leaves room for {room + reserved} with max_new_tokens={self.max_new_tokens}: {text[:120]!r}. "
+                    f"Raise context_length (at most the model's window), lower max_new_tokens, "
+                    f"or use shorter prompts."
+                )
+            if len(row) == 0:
+                raise ValueError(f"the {role}'s prompt is empty after tokenization: {text!r}")
+        return ids
+
+    def _start_turn(self, role: str, texts: list[str]) -> None:
+        """Lay out the role's prompt, right-aligned, in a buffer with room for its response.
+
+        Columns ``[0, L)`` hold the left-padded prompt; token ``t`` of the response goes
+        to column ``L + t``; the observation is the window ``[t, L + t)``. Nothing inside
+        a window is ever rewritten, so observations are zero-copy read-only views.
+        """
+        ids = self._check_fits(role, texts)
+        B, L, T = self.num_conversations, self.context_length, self.max_new_tokens
+        turn = _Turn(
+            tokens=np.full((B, L + T), self.pad_token_id, dtype=np.int64),
+            mask=np.zeros((B, L + T), dtype=np.int64),
+            prompt_texts=texts,
+            prompt_width=max(len(row) for row in ids),
+            over=np.zeros(B, dtype=bool),
+            response_length=np.zeros(B, dtype=np.int64),
+        )
+        for b, row in enumerate(ids):
+            turn.tokens[b, L - len(row) : L] = row
+            turn.mask[b, L - len(row) : L] = 1
+        self._turns[role] = turn
+
+    def observe(self, agent: str) -> dict[str, np.ndarray]:
+        turn = self._turns.get(agent)
+        L = self.context_length
+        if turn is None:  # before its turn
+            ids, mask = self._empty_context
+            past, new = 0, 0
+        else:
+            t = turn.t
+            ids, mask = turn.tokens[:, t : t + L], turn.mask[:, t : t + L]
+            ids.flags.writeable = False
+            mask.flags.writeable = False
+            past = 0 if t == 0 else turn.prompt_width + t - 1
+            new = turn.prompt_width if t == 0 else 1
+        if not self.batched:
+            ids, mask = ids[0], mask[0]
+        return {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "past_length": np.array([past], dtype=np.int64),
+            "num_new_tokens": np.array([new], dtype=np.int64),
+            "role": self._role_arrays[agent],
+        }
+
+    def step(self, action: Any) -> None:
+        if not self.agents:
+            raise RuntimeError("the episode is over: call reset() before step()")
+        agent = self.agent_selection
+        if self.terminations[agent] or self.truncations[agent]:
+            if action is not None:
+                raise ValueError(
+                    f"{agent!r} is terminated (its episode is over), so the only valid action is None, "
+                    f"got {action!r}. Step finished agents with None (env.last() reports termination) "
+                    f"or call reset() to start a new episode."
+                )
+            self._was_dead_step(action)
+            return
+        tokens = self._as_token_ids(action)
+        self._cumulative_rewards[agent] = 0.0
+
+        turn = self._turns[agent]
+        active = ~turn.over
+        col = self.context_length + turn.t
+        np.copyto(turn.tokens[:, col], tokens, where=active)
+        turn.mask[:, col] = active
+        turn.response_length += active
+        turn.over |= active & np.isin(tokens, self.stop_token_ids)
+        turn.t += 1
+        if turn.t >= self.max_new_tokens:
+            turn.over[:] = True
+        if turn.over.all():
+            self._end_turn(agent)  # at the episode's end this delivers the rewards
+        if self.render_mode == "human" and self.episode_over:
+            self.render()
+
+    def _as_token_ids(self, action: Any) -> np.ndarray:
+        agent = self.agent_selection
+        if action is None:
+            raise ValueError(f"{agent!r} is acting, so its action must be a token id, got None")
+        try:
+            arr = np.asarray(action)
+        except Exception as exc:  # e.g. a CUDA tensor
+            raise TypeError(f"action for {agent!r} must be integer token id(s), got {type(action).__name__}") from exc
+        shape = (self.num_conversations,) if self.batched else ()
+        if arr.dtype.kind not in "iu":
+            raise TypeError(
+                f"action for {agent!r} must be integer token id(s), got dtype {arr.dtype} ({action!r:.80}); "
+                f"convert with int(...) or .astype(np.int64)"
+            )
+        if arr.shape != shape:
+            raise ValueError(
+                f"action for {agent!r} must have shape {shape} "
+                f"({'one token id per conversation' if self.batched else 'a single token id'}), got shape {arr.shape}"
+            )
+        arr = arr.reshape(-1).astype(np.int64, copy=False)
+        bad = (arr < 0) | (arr >= self.vocab_size)
+        if bad.any():
+            i = int(np.argmax(bad))
+            where = f" for conversation {i}" if self.batched else ""
+            raise ValueError(
+                f"token id {int(arr[i])}{where} is out of range for {agent!r}: "
+                f"valid ids are 0..{self.vocab_size - 1} (vocab_size={self.vocab_size})"
+            )
+        return arr
+
+    def _end_turn(self, agent: str) -> None:
+        turn = self._turns[agent]
+        L, n = self.context_length, turn.response_length
+        response_ids = [turn.tokens[b, L : L + n[b]].tolist() for b in range(self.num_conversations)]
+        responses = self.tokenizer.batch_decode(response_ids, skip_special_tokens=True)
+        metadata = _metadata(self.prompts)
+        scores = score_responses(self.reward_fn, self.queries, responses, metadata)
+        self.responses[agent] = responses
+        self.task_rewards[agent] = scores
+        self.infos[agent].update(
+            query=self._unbatch(list(self.queries)),
+            context=self._unbatch(turn.prompt_texts),
+            response=self._unbatch(responses),
+            response_length=self._unbatch(n.copy()),
+            task_reward=self._unbatch(scores),
+        )
+        if agent == PIONEER:
+            texts = [render(self.observer_template, q, r) for q, r in zip(self.queries, responses)]
+            self._start_turn(OBSERVER, texts)
+            self.agent_selection = OBSERVER
+        else:
+            self.episode_over = True
+            self.deliver_rewards(self.task_rewards)
+            self.terminations = {a: True for a in self.agents}
+            self.agent_selection = self._agent_selector.reset()  # dead steps, pioneer first
+
+    def deliver_rewards(self, rewards: Mapping[str, np.ndarray]) -> None:
+        """Set what each agent receives for this episode (per conversation).
+
+        Reward wrappers such as :class:`~cory_env.CollectiveRewardWrapper` call this
+        once the episode is over and before any agent's final step. It replaces, not adds.
+        """
+        if not self.episode_over:
+            raise RuntimeError("rewards are delivered at the end of the episode; it is not over yet")
+        for agent, values in rewards.items():
+            if agent not in self.agents:
+                raise RuntimeError(f"{agent!r} has already left the episode; deliver rewards before its final step")
+            values = np.asarray(values, dtype=np.float64).reshape(self.num_conversations)
+            mean = float(values.mean())
+            # The only reward of an episode comes at its end, so this is also the whole
+            # accumulated reward `last()` reports.
+            self.rewards[agent] = mean
+            self._cumulative_rewards[agent] = mean
+            self.infos[agent]["reward"] = self._unbatch(values)
+
+    def _unbatch(self, values: Any) -> Any:
+        return values if self.batched else values[0]
+
+    # ------------------------------------------------------------------ render
+    def render(self) -> str | None:
+        if self.render_mode is None:
+            gymnasium.logger.warn("render() called without render_mode; pass render_mode='human' or 'ansi'")
+            return None
+        lines = []
+        for b, q in enumerate(self.queries):
+            lines.append(f"[{b}] query:    {q!r}")
+            for role in ROLES:
+                if role in self.responses:
+                    r = self.task_rewards[role][b]
+                    lines.append(f"    {role:8s}: {self.responses[role][b]!r}  (task reward {r:+.3f})")
+        text = "\n".join(lines)
+        if self.render_mode == "human":
+            print(text)
+            return None
+        return text
+
+    def close(self) -> None:
+        pass
+
+
+def _token_range(max_new_tokens: int | tuple[int, int]) -> tuple[int, int]:
+    if isinstance(max_new_tokens, (int, np.integer)) and not isinstance(max_new_tokens, bool):
+        lo = hi = int(max_new_tokens)
+    else:
+        try:
+            lo, hi = (int(v) for v in max_new_tokens)  # type: ignore[union-attr]
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"max_new_tokens must be an int or a (low, high) pair, got {max_new_tokens!r}") from exc
+    if not 1 <= lo <= hi:
+        raise ValueError(f"max_new_tokens must satisfy 1 <= low <= high, got {max_new_tokens!r}")
+    return lo, hi
+
+
+def _pad_token_id(tokenizer: Any) -> int:
+    for tid in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if tid is not None:
+            return int(tid if isinstance(tid, int) else tid[0])
+    return 0
+
+
+def _metadata(prompts: list[Prompt]) -> dict[str, list[Any]]:
+    keys = sorted({k for p in prompts for k in p.metadata})
+    return {k: [p.metadata.get(k) for p in prompts] for k in keys}
+
+
+def _copy_space(space: gymnasium.spaces.Space) -> gymnasium.spaces.Space:
+    import copy
+
+    return copy.deepcopy(space)
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+def env(**kwargs: Any) -> AECEnv:
+    """The environment with PettingZoo's order-enforcing wrapper (the usual entry point)."""
+    return wrappers.OrderEnforcingWrapper(PioneerObserverEnv(**kwargs))
+
+
+raw_env = PioneerObserverEnv

@@ -1,0 +1,82 @@
+"""Prompt sources: where the queries of an episode come from.
+
+A prompt source is anything with ``__len__`` and ``sample(rng, n)`` returning ``n``
+:class:`Prompt` objects. The environment draws one batch of prompts per ``reset``
+with its own seeded generator, so episodes are reproducible under ``reset(seed=...)``.
+
+Example:
+    >>> import numpy as np
+    >>> source = as_prompt_source(["The movie was", "I think"])
+    >>> [p.query for p in source.sample(np.random.default_rng(0), 3)]  # doctest: +SKIP
+    ['I think', 'The movie was', 'I think']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One query, with whatever a reward function needs to score answers to it.
+
+    ``metadata`` is passed to the reward function as keyword lists, one value per
+    conversation (for example ``answer`` for GSM8K).
+    """
+
+    query: str
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class PromptSource(Protocol):
+    """What the environment needs from a prompt source."""
+
+    def __len__(self) -> int: ...
+
+    def sample(self, rng: np.random.Generator, n: int) -> list[Prompt]:
+        """Return ``n`` prompts drawn with ``rng`` (with replacement)."""
+        ...
+
+
+class PromptList:
+    """A fixed list of prompts, sampled uniformly with replacement."""
+
+    def __init__(self, prompts: Sequence[Prompt | str]):
+        self.prompts = [p if isinstance(p, Prompt) else Prompt(str(p)) for p in prompts]
+        if not self.prompts:
+            raise ValueError(
+                "the prompt source is empty: give at least one prompt "
+                "(a non-empty list of strings or Prompt objects)"
+            )
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    def sample(self, rng: np.random.Generator, n: int) -> list[Prompt]:
+        return [self.prompts[i] for i in rng.integers(len(self.prompts), size=n)]
+
+
+def as_prompt_source(prompts: PromptSource | Sequence[Prompt | str]) -> PromptSource:
+    """Accept a prompt source, or a list of strings / :class:`Prompt` objects.
+
+    Raises ``ValueError`` for an empty source and ``TypeError`` for anything else.
+    """
+    if isinstance(prompts, str):
+        raise TypeError("prompts must be a list of strings, not a single string: use [prompt]")
+    if isinstance(prompts, PromptSource):
+        if len(prompts) == 0:
+            raise ValueError(
+                f"the prompt source {type(prompts).__name__} is empty: it must hold at least one prompt"
+            )
+        return prompts
+    if isinstance(prompts, Sequence):
+        return PromptList(prompts)
+    raise TypeError(
+        f"prompts must be a PromptSource (with __len__ and sample(rng, n)) or a list of "
+        f"strings, got {type(prompts).__name__}"
+    )

@@ -1,0 +1,75 @@
+"""The reward-function contract, and the checked call the environment makes.
+
+A reward function scores a batch of complete responses::
+
+    def my_reward(queries: list[str], responses: list[str], **metadata) -> list[float]
+
+``metadata`` holds one list per key of the prompts' :attr:`~cory_env.prompts.Prompt.metadata`
+(for example ``answer=[...]`` for GSM8K). Functions that do not need it accept ``**_``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class RewardFunction(Protocol):
+    def __call__(
+        self, queries: list[str], responses: list[str], **metadata: Any
+    ) -> Sequence[float]: ...
+
+
+class RewardFunctionError(RuntimeError):
+    """A reward function raised, or returned something that is not one finite score per response."""
+
+
+def reward_name(fn: Any) -> str:
+    """A readable name for a reward function, for error messages and logs."""
+    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    module = getattr(fn, "__module__", None)
+    return f"{module}.{name}" if module and module != "builtins" else name
+
+
+def score_responses(
+    fn: RewardFunction,
+    queries: list[str],
+    responses: list[str],
+    metadata: Mapping[str, list[Any]] | None = None,
+) -> np.ndarray:
+    """Call ``fn`` on a batch and check it returned one finite float per response.
+
+    Returns a float64 array of shape ``(len(responses),)``. Raises
+    :class:`RewardFunctionError` naming the function and the offending item.
+    """
+    name = reward_name(fn)
+    try:
+        raw = fn(queries, responses, **(metadata or {}))
+    except Exception as exc:
+        raise RewardFunctionError(
+            f"reward function {name} raised {type(exc).__name__}: {exc} "
+            f"(while scoring {len(responses)} responses; first query {queries[0]!r})"
+        ) from exc
+    try:
+        scores = np.asarray(raw, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise RewardFunctionError(
+            f"reward function {name} must return one float per response, "
+            f"got {type(raw).__name__}: {raw!r:.200}"
+        ) from exc
+    if np.ndim(raw) == 0 or scores.shape[0] != len(responses):
+        raise RewardFunctionError(
+            f"reward function {name} returned {scores.size if np.ndim(raw) else 'a scalar'} "
+            f"value(s) for {len(responses)} responses: it must return one float per response"
+        )
+    bad = np.flatnonzero(~np.isfinite(scores))
+    if bad.size:
+        i = int(bad[0])
+        raise RewardFunctionError(
+            f"reward function {name} returned {scores[i]} for item {i} "
+            f"(query {queries[i]!r}, response {responses[i]!r}); rewards must be finite. "
+            f"{bad.size} of {len(responses)} scores are NaN or infinite."
+        )
+    return scores

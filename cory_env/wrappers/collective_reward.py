@@ -1,0 +1,76 @@
+"""Collective reward: every agent is rewarded for the whole team's answers.
+
+CORY trains both agents on ``r(s0, a1) + r(s0, a2)``, the sum of the pioneer's and
+the observer's task rewards, so the pioneer gains from giving the observer a useful
+answer to build on.
+
+Example:
+    >>> from cory_env import env, CollectiveRewardWrapper
+    >>> e = CollectiveRewardWrapper(env(prompts=["The movie"], max_new_tokens=4))  # doctest: +SKIP
+    >>> e.reset(seed=0)  # doctest: +SKIP
+    >>> for agent in e.agent_iter():  # doctest: +SKIP
+    ...     obs, reward, term, trunc, info = e.last()
+    ...     e.step(None if term else e.action_space(agent).sample())
+    ...     # at the end both agents get reward == sum of info["task_reward"] of both
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from pettingzoo import AECEnv
+from pettingzoo.utils.wrappers import BaseWrapper
+
+AGGREGATES = ("sum", "mean")
+
+
+class CollectiveRewardWrapper(BaseWrapper):
+    """At the end of an episode every agent receives the collective reward.
+
+    Args:
+        env: the pioneer/observer environment (possibly already wrapped).
+        aggregate: ``"sum"`` (the paper) or ``"mean"`` of the task rewards.
+        weights: optional weight per role, e.g. ``{"pioneer": 1.0, "observer": 2.0}``;
+            the collective reward is ``sum_i w_i r_i`` (divided by ``sum_i w_i`` for ``"mean"``).
+
+    ``infos[agent]["task_reward"]`` keeps each agent's own task reward;
+    ``infos[agent]["reward"]`` and ``last()`` give the collective reward.
+    """
+
+    def __init__(
+        self,
+        env: AECEnv,
+        aggregate: str = "sum",
+        weights: Mapping[str, float] | None = None,
+    ):
+        super().__init__(env)
+        if aggregate not in AGGREGATES:
+            raise ValueError(f"aggregate must be one of {AGGREGATES}, got {aggregate!r}")
+        roles = list(self.env.unwrapped.possible_agents)
+        weights = dict(weights) if weights is not None else {r: 1.0 for r in roles}
+        unknown = set(weights) - set(roles)
+        if unknown or set(weights) != set(roles):
+            raise ValueError(f"weights must give one weight for each role {roles}, got {sorted(weights)}")
+        total = sum(weights.values())
+        if aggregate == "mean" and total == 0:
+            raise ValueError("weights sum to zero: the mean is undefined")
+        self.aggregate = aggregate
+        self.weights = {r: float(w) / (total if aggregate == "mean" else 1.0) for r, w in weights.items()}
+        self._delivered = False
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        self._delivered = False
+        self.env.reset(seed=seed, options=options)
+
+    def step(self, action: Any) -> None:
+        self.env.step(action)
+        base = self.env.unwrapped
+        if base.episode_over and not self._delivered:
+            self._delivered = True
+            collective = sum(w * np.asarray(base.task_rewards[r]) for r, w in self.weights.items())
+            base.deliver_rewards({r: collective for r in base.task_rewards})
+
+    def __str__(self) -> str:
+        return str(self.env)

@@ -1,0 +1,316 @@
+"""The pioneer/observer AEC environment: API compliance, episode mechanics, bad input."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pettingzoo
+import pytest
+from pettingzoo.test import api_test, seed_test
+
+import cory_env
+from cory_env import PromptTooLongError, RewardFunctionError
+from cory_env.templates import GSM8K_OBSERVER, GSM8K_PIONEER, SENTIMENT_OBSERVER, render
+
+from .conftest import PROMPTS, length_reward
+
+FORMS = [None, 3]  # single form, batched form with 3 conversations
+
+
+def play(env, policy, seed=0):
+    """Play one episode; return the (agent, reward, info) each agent saw at its final step."""
+    env.reset(seed=seed)
+    finals = {}
+    for agent in env.agent_iter():
+        obs, reward, term, trunc, info = env.last()
+        if term or trunc:
+            finals[agent] = (reward, info)
+            env.step(None)
+        else:
+            env.step(policy(agent, obs))
+    return finals
+
+
+def random_policy(env):
+    return lambda agent, obs: env.action_space(agent).sample()
+
+
+@pytest.mark.parametrize("B", FORMS)
+def test_api(make_env, B):
+    api_test(make_env(B), num_cycles=200)
+
+
+@pytest.mark.parametrize("B", FORMS)
+def test_seed(make_env, B):
+    seed_test(lambda: make_env(B), num_cycles=100)
+
+
+def test_registered_in_pettingzoo(gpt2_tokenizer):
+    e = pettingzoo.make(
+        "aec", cory_env.ENV_ID, tokenizer=gpt2_tokenizer, prompts=PROMPTS, reward_fn=length_reward, num_conversations=2
+    )
+    assert isinstance(e.unwrapped, cory_env.PioneerObserverEnv)
+    assert e.unwrapped.num_conversations == 2
+
+
+@pytest.mark.parametrize("B", FORMS)
+def test_turns_run_to_max_new_tokens_then_episode_ends(make_env, gpt2_tokenizer, B):
+    env = make_env(B, max_new_tokens=4, stop_token_ids=[gpt2_tokenizer.eos_token_id])
+    env.reset(seed=0)
+    order = []
+    token = 11  # ","
+    for agent in env.agent_iter():
+        obs, reward, term, trunc, info = env.last()
+        order.append((agent, term))
+        env.step(None if term else (token if B is None else np.full(B, token)))
+    assert order == [("pioneer", False)] * 4 + [("observer", False)] * 4 + [("pioneer", True), ("observer", True)]
+    assert env.agents == []
+
+
+def test_stop_token_ends_a_conversations_turn_and_later_tokens_are_ignored(make_env, gpt2_tokenizer):
+    eos = gpt2_tokenizer.eos_token_id
+    env = make_env(3, max_new_tokens=5)
+    raw = env.unwrapped
+    env.reset(seed=1)
+    steps = [[11, eos, 11], [eos, 13, 11], [11, 11, 11], [11, 11, 11], [11, 11, 11]]
+    for tokens in steps:
+        assert env.agent_selection == "pioneer"
+        env.step(np.array(tokens))
+    info = env.infos["pioneer"]
+    assert list(info["response_length"]) == [2, 1, 5]  # the stop token counts, ignored tokens do not
+    assert info["response"] == [",", "", ",,,,,"]
+    # Ignored tokens are masked out of the pioneer's final context.
+    obs = raw.observe("pioneer")
+    assert obs["attention_mask"][1, -4:].tolist() == [0, 0, 0, 0]
+    assert obs["attention_mask"][2, -5:].tolist() == [1] * 5
+
+
+def test_turn_ends_early_when_all_conversations_stopped(make_env, gpt2_tokenizer):
+    eos = gpt2_tokenizer.eos_token_id
+    env = make_env(2, max_new_tokens=5)
+    env.reset(seed=0)
+    env.step(np.array([eos, 11]))
+    env.step(np.array([11, eos]))
+    assert env.agent_selection == "observer"
+
+
+@pytest.mark.parametrize("B", FORMS)
+def test_observation_supports_a_kv_cache(make_env, B):
+    env = make_env(B, max_new_tokens=4)
+    raw = env.unwrapped
+    env.reset(seed=3)
+    rows = lambda a: np.atleast_2d(a)  # noqa: E731
+    before = raw.observe("observer")
+    assert before["num_new_tokens"][0] == 0 and rows(before["attention_mask"]).sum() == 0
+    obs = raw.observe("pioneer")
+    width = max(len(raw.tokenizer(q)["input_ids"]) for q in raw.queries)
+    assert obs["past_length"][0] == 0 and obs["num_new_tokens"][0] == width
+    assert rows(obs["attention_mask"])[:, :-width].sum() == 0  # left padded
+    assert obs["role"][0] == 0
+    actions = [21, 22, 23]
+    for t, token in enumerate(actions):
+        env.step(token if B is None else np.full(B, token))
+        obs = raw.observe("pioneer")
+        assert obs["past_length"][0] == width + t and obs["num_new_tokens"][0] == 1
+        assert (rows(obs["input_ids"])[:, -1] == token).all()
+        assert (rows(obs["input_ids"])[:, -(t + 1) :] == actions[: t + 1]).all()
+    with pytest.raises(ValueError):
+        obs["input_ids"][..., 0] = 5  # observations are read-only views
+    for space_obs, agent in ((obs, "pioneer"),):
+        assert raw.observation_space(agent).contains(space_obs)
+
+
+@pytest.mark.parametrize("knowledge_transfer", [True, False])
+def test_knowledge_transfer_sets_the_observer_context(make_env, knowledge_transfer):
+    env = make_env(3, knowledge_transfer=knowledge_transfer)
+    finals = play(env, random_policy(env))
+    pio, obs = finals["pioneer"][1], finals["observer"][1]
+    for q, r, ctx in zip(pio["query"], pio["response"], obs["context"]):
+        expected = render(SENTIMENT_OBSERVER, q, r) if knowledge_transfer else q
+        assert ctx == expected
+    # And the observer's tokens are exactly that text, tokenized.
+    raw = env.unwrapped
+    first = raw.tokenizer(obs["context"][0])["input_ids"]
+    mask = raw._turns["observer"].mask[0, : raw.context_length].astype(bool)
+    assert raw._turns["observer"].tokens[0, : raw.context_length][mask].tolist() == first
+
+
+def test_gsm8k_templates(make_env):
+    env = make_env(2, pioneer_template=GSM8K_PIONEER, observer_template=GSM8K_OBSERVER, context_length=160)
+    finals = play(env, random_policy(env))
+    pio, obs = finals["pioneer"][1], finals["observer"][1]
+    assert pio["context"][0].startswith("Question: Shawn has five toys.")
+    assert pio["context"][0].endswith(f"Question: {pio['query'][0]} Answer:")
+    assert obs["context"][0].endswith(f"Question: {pio['query'][0]} Reference: {pio['response'][0]} Answer:")
+
+
+def test_user_template_callable(make_env):
+    env = make_env(None, observer_template=lambda q, r: f"Improve: {q}{r}\nBetter: {q}")
+    finals = play(env, random_policy(env))
+    pio = finals["pioneer"][1]
+    assert finals["observer"][1]["context"] == f"Improve: {pio['query']}{pio['response']}\nBetter: {pio['query']}"
+
+
+@pytest.mark.parametrize("B", FORMS)
+def test_task_rewards_score_the_decoded_responses(make_env, B):
+    env = make_env(B)
+    finals = play(env, random_policy(env))
+    for agent, (reward, info) in finals.items():
+        expected = length_reward(None, [info["response"]] if B is None else info["response"])
+        assert np.allclose(np.atleast_1d(info["task_reward"]), expected)
+        assert np.allclose(np.atleast_1d(info["reward"]), expected)  # no wrapper: own task reward
+        assert math.isclose(reward, float(np.mean(expected)))  # scalar PettingZoo reward: the batch mean
+
+
+def test_metadata_reaches_the_reward_function(make_env):
+    seen = {}
+
+    def reward(queries, responses, answer):
+        seen["answer"] = answer
+        return [float(a == q) for q, a in zip(queries, answer)]
+
+    prompts = [cory_env.Prompt("two", {"answer": "two"}), cory_env.Prompt("three", {"answer": "three"})]
+    env = make_env(4, prompts=prompts, reward_fn=reward)
+    finals = play(env, random_policy(env))
+    assert seen["answer"] == finals["pioneer"][1]["query"]
+    assert finals["pioneer"][0] == 1.0
+
+
+def test_render_ansi(make_env):
+    env = make_env(2, render_mode="ansi")
+    play(env, random_policy(env))
+    text = env.unwrapped.render()
+    assert "pioneer" in text and "observer" in text and "task reward" in text
+
+
+def test_max_new_tokens_is_sampled_per_episode(make_env):
+    env = make_env(None, max_new_tokens=(2, 9))
+    seen = set()
+    for seed in range(30):
+        env.reset(seed=seed)
+        seen.add(env.unwrapped.max_new_tokens)
+    assert seen <= set(range(2, 10)) and len(seen) > 3
+
+
+# --------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize(
+    "action, error, match",
+    [
+        (3.0, TypeError, "integer"),
+        ("7", TypeError, "integer"),
+        (True, TypeError, "integer"),
+        (-1, ValueError, "out of range"),
+        (50257, ValueError, r"out of range.*0\.\.50256"),
+        (None, ValueError, "must be a token id"),
+        ([1, 2], ValueError, "shape"),
+    ],
+)
+def test_bad_token_ids_single(make_env, action, error, match):
+    env = make_env(None)
+    env.reset(seed=0)
+    with pytest.raises(error, match=match):
+        env.step(action)
+
+
+def test_bad_token_ids_batched(make_env):
+    env = make_env(3)
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"token id 99999 for conversation 2 is out of range"):
+        env.step(np.array([1, 2, 99999]))
+    with pytest.raises(ValueError, match=r"shape \(3,\)"):
+        env.step(np.array([1, 2]))
+    with pytest.raises(TypeError, match="integer"):
+        env.step(np.array([1.0, 2.0, 3.0]))
+    env.step(np.array([1, 2, 3], dtype=np.int32))  # any integer dtype is fine
+
+
+def test_action_for_a_finished_agent_and_step_after_the_end(make_env):
+    env = make_env(None, max_new_tokens=2)
+    env.reset(seed=0)
+    for _ in range(4):
+        env.step(11)
+    assert env.terminations["pioneer"]
+    with pytest.raises(ValueError, match="terminated.*only valid action is None.*reset"):
+        env.step(11)
+    env.step(None)
+    env.step(None)
+    assert env.agents == []
+    with pytest.raises(RuntimeError, match="episode is over.*reset"):
+        env.unwrapped.step(11)
+
+
+def test_prompt_longer_than_the_context(make_env):
+    long_prompt = "word " * 80
+    env = make_env(None, prompts=[long_prompt], context_length=64)
+    with pytest.raises(PromptTooLongError, match="pioneer's prompt has .* tokens.*context_length=64.*Raise context_length"):
+        env.reset(seed=0)
+    # The observer's prompt holds the query twice: caught at reset, not mid-episode.
+    env = make_env(None, prompts=["word " * 25], context_length=64, max_new_tokens=4)
+    with pytest.raises(PromptTooLongError, match="observer's prompt"):
+        env.reset(seed=0)
+
+
+def test_context_longer_than_the_model_window(gpt2_tokenizer):
+    gpt2_tokenizer_window = gpt2_tokenizer.model_max_length
+    gpt2_tokenizer.model_max_length = 128
+    try:
+        with pytest.raises(ValueError, match="model_max_length=128"):
+            cory_env.env(tokenizer=gpt2_tokenizer, prompts=PROMPTS, reward_fn=length_reward, context_length=256)
+    finally:
+        gpt2_tokenizer.model_max_length = gpt2_tokenizer_window
+
+
+def test_empty_prompt_source(make_env):
+    with pytest.raises(ValueError, match="prompt source is empty"):
+        make_env(None, prompts=[])
+    with pytest.raises(TypeError, match="not a single string"):
+        make_env(None, prompts="The movie")
+
+
+def raising_reward(queries, responses, **_):
+    raise KeyError("label")
+
+
+def nan_reward(queries, responses, **_):
+    return [float("nan")] + [0.0] * (len(responses) - 1)
+
+
+def inf_reward(queries, responses, **_):
+    return [0.0] * (len(responses) - 1) + [float("inf")]
+
+
+def short_reward(queries, responses, **_):
+    return [0.0] * (len(responses) - 1)
+
+
+@pytest.mark.parametrize(
+    "fn, match",
+    [
+        (raising_reward, r"raising_reward raised KeyError"),
+        (nan_reward, r"nan_reward returned nan for item 0"),
+        (inf_reward, r"inf_reward returned inf for item 2"),
+        (short_reward, r"short_reward returned 2 value\(s\) for 3 responses"),
+        (lambda q, r, **_: 1.0, r"returned a scalar"),
+    ],
+)
+def test_bad_reward_function(make_env, fn, match):
+    env = make_env(3, reward_fn=fn, max_new_tokens=1)
+    env.reset(seed=0)
+    with pytest.raises(RewardFunctionError, match=match):
+        env.step(np.array([11, 11, 11]))
+
+
+def test_bad_arguments(make_env):
+    with pytest.raises(ValueError, match="num_conversations"):
+        make_env(0)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        make_env(None, max_new_tokens=(5, 2))
+    with pytest.raises(ValueError, match="unknown field"):
+        make_env(None, observer_template="{query} {answer}")
+    with pytest.raises(ValueError, match="pioneer_template"):
+        make_env(None, pioneer_template="{query}{response}")
+    with pytest.raises(ValueError, match="no room"):
+        make_env(None, context_length=8, max_new_tokens=8)
+    with pytest.raises(ValueError, match="render_mode"):
+        make_env(None, render_mode="rgb_array")
