@@ -1,0 +1,116 @@
+"""Can we reach the Hugging Face Hub?
+
+Loaders that take Hub names (models, data sets) ask :func:`hub_offline` first. When
+the Hub is offline or unreachable they load with ``local_files_only=True`` so that a
+name missing from the local cache fails at once, instead of after the ~50 s of
+retries that ``transformers``/``huggingface_hub`` spend on an unreachable host, and
+they raise an error whose text comes from :func:`offline_error_hint`.
+
+The Hub counts as offline when ``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``) is
+truthy, or when a TCP connection to the host of ``huggingface_hub.constants.ENDPOINT``
+cannot be opened within :data:`PROBE_TIMEOUT_S` seconds. The environment variables
+are re-read on every call; the network probe runs once per process
+(``hub_reachable.cache_clear()`` forgets its answer).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import threading
+from urllib.parse import urlsplit
+
+__all__ = ["PROBE_TIMEOUT_S", "hub_offline", "hub_reachable", "offline_error_hint", "offline_reason"]
+
+PROBE_TIMEOUT_S: float = 3.0
+"""Seconds the network probe waits for a TCP connection to the Hub."""
+
+_TRUE = {"1", "ON", "YES", "TRUE"}
+
+
+def _endpoint() -> str:
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT
+
+
+def _offline_by_setting() -> bool:
+    """True if the user switched the Hub off (env var now, or the constant at import)."""
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        if os.environ.get(var, "").strip().upper() in _TRUE:
+            return True
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+def _can_connect(host: str, port: int, timeout: float) -> bool:
+    """Open and close a TCP connection; the whole attempt, DNS included, is bounded."""
+    result: list[bool] = []
+
+    def attempt() -> None:
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                result.append(True)
+        except OSError:
+            result.append(False)
+
+    # getaddrinfo ignores socket timeouts, so run the attempt in a daemon thread.
+    thread = threading.Thread(target=attempt, name="cory-env-hub-probe", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return bool(result and result[0])
+
+
+@functools.cache
+def hub_reachable() -> bool:
+    """Whether a TCP connection to the Hub endpoint opens (probed once per process).
+
+    This ignores ``HF_HUB_OFFLINE``; use :func:`hub_offline` for the combined answer.
+    """
+    parts = urlsplit(_endpoint())
+    host = parts.hostname
+    if not host:
+        return False
+    try:
+        port = parts.port or (80 if parts.scheme == "http" else 443)
+    except ValueError:
+        return False
+    return _can_connect(host, port, PROBE_TIMEOUT_S)
+
+
+def hub_offline() -> bool:
+    """True if the Hub is switched off (``HF_HUB_OFFLINE``) or cannot be reached."""
+    return _offline_by_setting() or not hub_reachable()
+
+
+def offline_reason() -> str:
+    """A short phrase saying why the Hub counts as offline."""
+    if _offline_by_setting():
+        return "the Hugging Face Hub is switched off (HF_HUB_OFFLINE is set)"
+    return f"the Hugging Face Hub at {_endpoint()} is unreachable"
+
+
+def offline_error_hint(kind: str, name: str, embedded: str | None = None) -> str:
+    """The message for a Hub resource that is neither reachable nor cached locally.
+
+    Args:
+        kind: what was asked for, e.g. ``"model"`` or ``"dataset"``.
+        name: the Hub name that could not be loaded.
+        embedded: the offline default to suggest instead, if any.
+    """
+    repo_type = "" if kind == "model" else f" --repo-type {kind}"
+    lines = [
+        f"{kind.capitalize()} {name!r} is not available: {offline_reason()}, "
+        f"and it is not in the local Hugging Face cache.",
+    ]
+    if embedded is not None:
+        lines.append(f"Use the embedded default {embedded!r} instead; it needs no Hub access.")
+    lines.append(
+        "Or pre-download it on a machine with Hub access: "
+        f"`hf download {name}{repo_type}` (older: `huggingface-cli download {name}{repo_type}`), "
+        "then copy the Hugging Face cache (~/.cache/huggingface, or $HF_HOME) to this machine "
+        "and set HF_HUB_OFFLINE=1 when using it."
+    )
+    return "\n".join(lines)

