@@ -1,0 +1,139 @@
+"""Acting in the pioneer/observer environment with a causal language model.
+
+:class:`LMActor` turns observations into token ids with one incremental forward pass
+per step: it keeps the model's KV cache across the steps of a turn, using the
+observation's ``past_length`` and ``num_new_tokens`` to feed only the new columns.
+
+Example:
+    >>> from cory_env import env
+    >>> from cory_env.models import load_causal_lm
+    >>> e, actor = env(num_conversations=4), LMActor(load_causal_lm())  # doctest: +SKIP
+    >>> e.reset(seed=0)  # doctest: +SKIP
+    >>> for agent in e.agent_iter():  # doctest: +SKIP
+    ...     obs, reward, term, trunc, info = e.last()
+    ...     e.step(None if term else actor.act(agent, obs))
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import DynamicCache, LogitsProcessorList
+from transformers.generation.logits_process import (
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+
+@dataclass
+class StepOutput:
+    """What one acting step computed (the PPO agent keeps these for learning)."""
+
+    tokens: torch.Tensor  # (B,) sampled token ids
+    logits: torch.Tensor  # (B, V) processed next-token logits the tokens were drawn from
+
+
+class LMActor:
+    """A causal LM policy for the environment, with a KV cache per agent.
+
+    Args:
+        model: a Hugging Face causal LM (``AutoModelForCausalLM``).
+        do_sample: sample (True) or take the most likely token (False, greedy).
+        temperature, top_k, top_p: sampling settings as in ``model.generate``
+            (``top_k=0`` and ``top_p=1.0`` disable them, the paper's setting).
+        generator: a ``torch.Generator`` for reproducible sampling.
+
+    One actor can serve several agents (e.g. one model for both roles): the cache
+    is kept per agent name.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        do_sample: bool = True,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        generator: torch.Generator | None = None,
+    ):
+        self.model = model
+        self.do_sample = do_sample
+        self.generator = generator
+        warpers: list[Any] = []
+        if temperature != 1.0:
+            warpers.append(TemperatureLogitsWarper(temperature))
+        if top_k:
+            warpers.append(TopKLogitsWarper(top_k))
+        if top_p < 1.0:
+            warpers.append(TopPLogitsWarper(top_p))
+        self.logits_processor = LogitsProcessorList(warpers)
+        # transformers >= 5.2x names the KV cache argument `cache`; earlier, `past_key_values`.
+        params = inspect.signature(model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self._caches: dict[str, DynamicCache] = {}
+        self._cached_length: dict[str, int] = {}
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def forget(self, agent: str | None = None) -> None:
+        """Drop the KV cache of one agent (or all)."""
+        for name in [agent] if agent is not None else list(self._caches):
+            self._caches.pop(name, None)
+            self._cached_length.pop(name, None)
+
+    @torch.no_grad()
+    def act(self, agent: str, observation: dict[str, np.ndarray]) -> np.ndarray | int:
+        """The next token id(s) for ``agent``: an int in the single form, ``(B,)`` array batched."""
+        out = self.step(agent, observation)
+        tokens = out.tokens.cpu().numpy()
+        return int(tokens[0]) if np.ndim(observation["input_ids"]) == 1 else tokens
+
+    @torch.no_grad()
+    def step(self, agent: str, observation: dict[str, np.ndarray]) -> StepOutput:
+        """One incremental forward pass, then pick the next tokens."""
+        logits = self.next_token_logits(agent, observation)
+        input_ids = torch.tensor(np.atleast_2d(observation["input_ids"]), device=logits.device)
+        scores = self.logits_processor(input_ids, logits)
+        if self.do_sample:
+            probs = torch.softmax(scores, dim=-1)
+            tokens = torch.multinomial(probs, 1, generator=self.generator).squeeze(1)
+        else:
+            tokens = scores.argmax(dim=-1)
+        return StepOutput(tokens=tokens, logits=scores)
+
+    def next_token_logits(self, agent: str, observation: dict[str, np.ndarray]) -> torch.Tensor:
+        """``(B, V)`` float32 logits for the next token, reusing ``agent``'s KV cache."""
+        past = int(observation["past_length"][0])
+        new = int(observation["num_new_tokens"][0])
+        if new == 0:
+            raise ValueError(f"{agent!r} has no context yet: it is not its turn")
+        if past == 0:
+            self._caches[agent] = DynamicCache()
+        elif self._cached_length.get(agent) != past:
+            raise RuntimeError(
+                f"{agent!r}'s observation continues a context of {past} tokens, but its KV cache holds "
+                f"{self._cached_length.get(agent, 0)}: feed every observation of a turn to act(), in order"
+            )
+        device = self.device
+        ids = torch.tensor(np.atleast_2d(observation["input_ids"])[:, -new:], device=device)
+        mask = torch.tensor(np.atleast_2d(observation["attention_mask"])[:, -(past + new) :], device=device)
+        # Left padding: positions count real tokens only, as in `generate`.
+        positions = (mask.cumsum(-1) - 1).clamp_(min=0)[:, -new:]
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,  # only the next token's logits, even when prefilling a prompt
+            **{self._cache_kwarg: self._caches[agent]},
+        )
+        self._cached_length[agent] = past + new
+        return out.logits[:, -1, :].float()

@@ -1,0 +1,59 @@
+"""The real embedded model playing the environment (converted once into the user cache)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from agents.lm_actor import LMActor
+from cory_env import CollectiveRewardWrapper, RoleExchangeWrapper, env
+from cory_env.rewards.sentiment import vader_sentiment
+from cory_env.tasks.sentiment import sentiment_prompts
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def embedded_model():
+    from cory_env.models import load_causal_lm
+
+    return load_causal_lm().eval()
+
+
+def test_batched_greedy_episode_with_the_embedded_model(embedded_tokenizer, embedded_model):
+    tokenizer = embedded_tokenizer
+    game = RoleExchangeWrapper(
+        CollectiveRewardWrapper(
+            env(
+                tokenizer=tokenizer,
+                prompts=sentiment_prompts(tokenizer, source="rotten_tomatoes"),
+                reward_fn=vader_sentiment,
+                num_conversations=4,
+                max_new_tokens=8,
+            )
+        )
+    )
+    actor = LMActor(embedded_model, do_sample=False)
+    game.reset(seed=0)
+    finals = {}
+    for agent in game.agent_iter():
+        obs, reward, term, trunc, info = game.last()
+        if term:
+            finals[agent] = info
+            game.step(None)
+        else:
+            game.step(actor.act(agent, obs))
+    assert set(finals) == {"llm_0", "llm_1"}
+    for info in finals.values():
+        assert all(text.strip() for text in info["response"])  # decoded texts are non-empty
+        assert np.all(np.abs(info["task_reward"]) <= 1.0)
+
+    # Greedy decoding through the environment (KV cache, left padding) is what
+    # `generate` produces for the same prompts.
+    raw = game.unwrapped
+    enc = tokenizer(raw.queries, return_tensors="pt", padding=True, padding_side="left")
+    with torch.no_grad():
+        out = embedded_model.generate(**enc, max_new_tokens=8, do_sample=False)
+    expected = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    assert raw.responses["pioneer"] == expected
