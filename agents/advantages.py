@@ -1,0 +1,83 @@
+"""Generalised advantage estimation and masked whitening over response tokens.
+
+All tensors are ``(B, T)`` over the response tokens of a batch, right-padded: ``mask``
+is 1 at real tokens and 0 at the padding after a response ended.
+
+GAE (Schulman et al., 2016), episodic, with ``V_T = 0`` after the last real token::
+
+    delta_t = r_t + gamma * V_{t+1} - V_t
+    A_t     = delta_t + gamma * lam * A_{t+1}
+    R_t     = A_t + V_t                      (the value-function target)
+
+Rewards and values at padding are zeroed first, so padding never leaks into real
+positions and gets ``A_t = R_t = 0``.
+
+Whitening (TRL 0.7's ``masked_whiten``; TRL 1.x no longer ships it)::
+
+    whiten(x) = (x - mean) / sqrt(var + 1e-8)      mean, var over masked tokens only,
+                                                   var unbiased (Bessel-corrected)
+
+With ``shift_mean=False`` the mean is added back (scale only).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``x`` over the positions where ``mask`` is 1 (a scalar tensor)."""
+    mask = mask.to(x.dtype)
+    return (x * mask).sum() / mask.sum()
+
+
+def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
+    """Variance of ``x`` over masked positions; Bessel-corrected by default, as TRL 0.7."""
+    n = mask.sum()
+    if n < 2:
+        raise ValueError(f"masked_var needs at least 2 masked elements, got {int(n)}")
+    var = masked_mean((x - masked_mean(x, mask)) ** 2, mask)
+    return var * n / (n - 1) if unbiased else var
+
+
+def whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
+    """Normalise ``x`` to mean 0, std 1 over masked positions; padding is set to 0.
+
+    Example:
+        >>> x, m = torch.tensor([[1.0, 2.0, 3.0, 99.0]]), torch.tensor([[1, 1, 1, 0]])
+        >>> whiten(x, m)
+        tensor([[-1.,  0.,  1.,  0.]])
+    """
+    mean, var = masked_mean(x, mask), masked_var(x, mask)
+    whitened = (x - mean) * torch.rsqrt(var + 1e-8)
+    if not shift_mean:
+        whitened = whitened + mean
+    return whitened * mask.to(x.dtype)
+
+
+@torch.no_grad()
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float = 1.0,
+    lam: float = 0.95,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token advantages and returns, both ``(B, T)`` and 0 at padding.
+
+    Example:
+        >>> r, v = torch.tensor([[0.0, 1.0]]), torch.tensor([[0.5, 0.5]])
+        >>> gae(r, v, torch.ones(1, 2), gamma=1.0, lam=1.0)[0]
+        tensor([[0.5000, 0.5000]])
+    """
+    mask = mask.to(values.dtype)
+    rewards, values = rewards * mask, values * mask
+    advantages = torch.zeros_like(values)
+    next_advantage = torch.zeros_like(values[:, 0])
+    next_value = torch.zeros_like(values[:, 0])
+    for t in reversed(range(values.shape[1])):
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        next_advantage = (delta + gamma * lam * next_advantage) * mask[:, t]
+        advantages[:, t] = next_advantage
+        next_value = values[:, t]
+    return advantages, advantages + values
