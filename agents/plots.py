@@ -1,0 +1,107 @@
+"""Training curves from ``metrics.csv``: one run, or several methods over seeds as in the paper.
+
+- ``plot_run(out_dir)``: ``task_reward.png``, ``kl.png``, ``combined_reward.png`` next to
+  the run's ``metrics.csv``, one line per learner (``llm_0``, ``llm_1``, ...), with a light
+  ±std band where a ``<learner>/<metric>_std`` column exists (``task_reward_std``).
+- ``plot_comparison({"PPO": [...], "CORY": [...]}, "comparison.png")``: one subplot per
+  metric, mean over seeds with a ±std band (population std over seeds). A run with several
+  learners (CORY's ``llm_0`` and ``llm_1``) counts as the mean over its learners at each
+  iteration, so PPO and CORY are compared one curve per seed each.
+
+Figures are ``matplotlib.figure.Figure`` objects rendered by the Agg canvas: no display and
+no pyplot global state, so plotting works on headless machines and inside training jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from agents.metrics import read_metrics
+
+# metric key -> (axis label, file name written by plot_run)
+RUN_PLOTS = {
+    "task_reward_mean": ("task reward", "task_reward.png"),
+    "kl": ("KL to reference", "kl.png"),
+    "combined_reward": ("combined reward (task reward - eta * KL)", "combined_reward.png"),
+}
+
+
+def learner_columns(df: pd.DataFrame, metric: str) -> dict[str, str]:
+    """Each learner's column for ``metric``: ``{"llm_0": "llm_0/kl", "llm_1": "llm_1/kl"}``."""
+    return {col.rpartition("/")[0]: col for col in df.columns if "/" in col and col.rpartition("/")[2] == metric}
+
+
+def plot_run(out_dir: str | Path) -> list[Path]:
+    """Write one PNG per metric in ``RUN_PLOTS`` found in ``out_dir/metrics.csv``; return their paths."""
+    out_dir = Path(out_dir)
+    df = read_metrics(out_dir)
+    paths = []
+    for metric, (label, filename) in RUN_PLOTS.items():
+        columns = learner_columns(df, metric)
+        if not columns:
+            continue
+        fig = Figure(figsize=(6, 4))
+        ax = fig.subplots()
+        for learner, col in columns.items():
+            curve = df[["iteration", col]].dropna()
+            (line,) = ax.plot(curve["iteration"], curve[col], label=learner)
+            std_col = f"{learner}/{metric.removesuffix('_mean')}_std"
+            if std_col in df:
+                band = df[["iteration", col, std_col]].dropna()
+                low, high = band[col] - band[std_col], band[col] + band[std_col]
+                ax.fill_between(band["iteration"], low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+        ax.set(xlabel="iteration", ylabel=label, title=f"{label}: {out_dir.name}")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        path = out_dir / filename
+        fig.savefig(path, dpi=100)
+        paths.append(path)
+    return paths
+
+
+def plot_comparison(
+    run_dirs: dict[str, Sequence[str | Path]],
+    out_path: str | Path,
+    metrics: Sequence[str] = ("task_reward_mean", "kl", "combined_reward"),
+) -> Path:
+    """Overlay methods: for each metric, the mean over seeds of each label's runs with a ±std band.
+
+    ``run_dirs`` maps a label ("PPO", "CORY") to its run folders, one per seed. A run with
+    several learners contributes the mean over its learners (said in the legend).
+    """
+    frames = {label: [read_metrics(d) for d in dirs] for label, dirs in run_dirs.items()}
+    fig = Figure(figsize=(5 * len(metrics), 4))
+    axes = fig.subplots(1, len(metrics), squeeze=False)[0]
+    for ax, metric in zip(axes, metrics):
+        for label, dfs in frames.items():
+            curves, n_learners = [], 0
+            for df in dfs:
+                columns = list(learner_columns(df, metric).values())
+                if columns:
+                    n_learners = max(n_learners, len(columns))
+                    per_iteration = df.set_index("iteration")[columns].mean(axis=1)
+                    curves.append(per_iteration.groupby(level=0).last())  # a re-logged iteration counts once
+            if not curves:
+                continue
+            seeds = pd.concat(curves, axis=1).sort_index()
+            mean, std = seeds.mean(axis=1), seeds.std(axis=1, ddof=0)
+            legend = f"{label} ({len(curves)} seed{'s' * (len(curves) > 1)}"
+            legend += f", mean of {n_learners} learners)" if n_learners > 1 else ")"
+            (line,) = ax.plot(mean.index, mean, label=legend)
+            ax.fill_between(mean.index, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
+        label = RUN_PLOTS.get(metric, (metric,))[0]
+        ax.set(xlabel="iteration", ylabel=label, title=label)
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend()
+    fig.suptitle("mean ± std over seeds")
+    fig.tight_layout()
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_path, dpi=100)
+    return out_path
