@@ -75,6 +75,7 @@ vocab_size=None, render_mode=None)``
 - `context_length`: observation width `L`; each prompt plus `max_new_tokens` must fit.
 - `pioneer_template`, `observer_template`: see :mod:`cory_env.templates`.
 - `knowledge_transfer`: `False` gives the observer the pioneer's prompt (the paper's ablation).
+- `with_observer`: `False` leaves the pioneer alone (single-agent PPO, the paper's baseline).
 - `stop_token_ids`: tokens that end a turn; default: the tokenizer's EOS.
 - `vocab_size`: action-space size; default `len(tokenizer)`.
 
@@ -149,6 +150,7 @@ class PioneerObserverEnv(AECEnv):
         pioneer_template: Template = SENTIMENT_PIONEER,
         observer_template: Template = SENTIMENT_OBSERVER,
         knowledge_transfer: bool = True,
+        with_observer: bool = True,
         stop_token_ids: Sequence[int] | None = None,
         vocab_size: int | None = None,
         render_mode: str | None = None,
@@ -210,7 +212,7 @@ class PioneerObserverEnv(AECEnv):
                 f"max_new_tokens up to {self.max_new_tokens_range[1]}; raise context_length"
             )
 
-        self.possible_agents = list(ROLES)
+        self.possible_agents = list(ROLES) if with_observer else [PIONEER]
         self._spaces(self.vocab_size)
 
     # ------------------------------------------------------------------ spaces
@@ -272,6 +274,8 @@ class PioneerObserverEnv(AECEnv):
         self.episode_over = False
 
         self._start_turn(PIONEER, [render(self.pioneer_template, q) for q in self.queries])
+        if OBSERVER not in self.possible_agents:
+            return
         # The observer's prompt grows with the pioneer's answer: check the worst case now
         # rather than fail in the middle of the episode.
         reserved = self.max_new_tokens if self.knowledge_transfer else 0
@@ -416,7 +420,7 @@ class PioneerObserverEnv(AECEnv):
             response_length=self._unbatch(n.copy()),
             task_reward=self._unbatch(scores),
         )
-        if agent == PIONEER:
+        if agent == PIONEER and OBSERVER in self.possible_agents:
             texts = [render(self.observer_template, q, r) for q, r in zip(self.queries, responses)]
             self._start_turn(OBSERVER, texts)
             self.agent_selection = OBSERVER

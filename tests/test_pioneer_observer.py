@@ -314,3 +314,14 @@ def test_bad_arguments(make_env):
         make_env(None, context_length=8, max_new_tokens=8)
     with pytest.raises(ValueError, match="render_mode"):
         make_env(None, render_mode="rgb_array")
+
+
+@pytest.mark.parametrize("B", FORMS)
+def test_pioneer_alone(make_env, B):
+    """with_observer=False: the single-agent PPO baseline's game."""
+    api_test(make_env(B, with_observer=False), num_cycles=100)
+    env = make_env(B, with_observer=False, max_new_tokens=3)
+    finals = play(env, random_policy(env))
+    assert list(finals) == ["pioneer"]
+    reward, info = finals["pioneer"]
+    assert np.allclose(np.atleast_1d(info["reward"]), np.atleast_1d(info["task_reward"]))
