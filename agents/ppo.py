@@ -1,0 +1,277 @@
+"""The PPO-LLM agent: acts token by token in the environment, then learns from the episode.
+
+One iteration for a learner, as in TRL 0.7's ``PPOTrainer.step`` (which CORY's authors used):
+
+1. rollout: the learner acts with its KV cache (:class:`~agents.lm_actor.LMActor`);
+   its final observation holds prompt + response, its info the reward per conversation;
+2. scoring: one forward pass of the policy (log-probs, values) and of the frozen
+   reference (log-probs) over the whole context; per-token KL; per-token rewards
+   ``-kl_coef * KL_t`` plus the (collective) task reward at the last token;
+3. GAE advantages (whitened), then ``ppo_epochs`` passes over shuffled minibatches of
+   the clipped policy loss plus ``vf_coef`` times the clipped value loss;
+4. the KL controller adapts to the KL just measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from trl.trainer.utils import entropy_from_logits, selective_log_softmax
+
+from agents.advantages import gae, masked_mean, whiten
+from agents.kl import ESTIMATORS, AdaptiveKLController, FixedKLController, kl_per_token, token_rewards
+from agents.lm_actor import LMActor
+from agents.losses import policy_loss, value_loss
+from agents.value_model import CausalLMWithValueHead
+
+
+@dataclass
+class PPOConfig:
+    """PPO hyperparameters (defaults: the CORY paper's IMDB column, scaled for a CPU)."""
+
+    learning_rate: float = 1.41e-5  # Adam learning rate
+    mini_batch_size: int = 8  # conversations per gradient step (divides the batch)
+    gradient_accumulation_steps: int = 1  # minibatches per optimizer step
+    ppo_epochs: int = 4  # passes over each batch
+    gamma: float = 1.0  # discount
+    lam: float = 0.95  # GAE lambda
+    cliprange: float = 0.2  # policy ratio clip
+    cliprange_value: float = 0.2  # value clip
+    vf_coef: float = 0.1  # value loss coefficient
+    init_kl_coef: float = 0.3  # eta, the KL penalty coefficient (initial, if adaptive)
+    adaptive_kl: bool = False  # adapt eta towards target_kl (Ziegler et al. 2019)
+    target_kl: float = 6.0  # target summed KL per response, for the adaptive controller
+    kl_horizon: int = 10000  # horizon of the adaptive controller
+    kl_estimator: str = "k1"  # k1 (sampled token), abs, mse, or full (whole distribution)
+    whiten_advantages: bool = True  # normalise advantages over the batch
+    max_grad_norm: float | None = 1.0  # gradient clipping (None: off)
+    score_scaling: bool = False  # divide task scores by their running std
+    score_norm: bool = False  # and subtract the running mean (needs score_scaling)
+    score_clip: float | None = None  # clip scores to [-c, c] after scaling
+    weight_decay: float = 0.0  # AdamW weight decay
+
+    def __post_init__(self) -> None:
+        if self.kl_estimator not in ESTIMATORS:
+            raise ValueError(f"kl_estimator must be one of {ESTIMATORS}, got {self.kl_estimator!r}")
+        for name in ("mini_batch_size", "gradient_accumulation_steps", "ppo_epochs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+
+class RunningMoments:
+    """Running mean and std of scores (Chan et al.'s parallel update), for score scaling."""
+
+    def __init__(self) -> None:
+        self.mean, self.var, self.count = 0.0, 1.0, 1e-24
+
+    def update(self, x: np.ndarray) -> None:
+        n, m, v = len(x), float(np.mean(x)), float(np.var(x))
+        delta, total = m - self.mean, self.count + n
+        self.var = (self.var * self.count + v * n + delta**2 * self.count * n / total) / total
+        self.mean += delta * n / total
+        self.count = total
+
+    @property
+    def std(self) -> float:
+        return float(np.sqrt(self.var * self.count / max(self.count - 1, 1)))
+
+    def state_dict(self) -> dict[str, float]:
+        return {"mean": self.mean, "var": self.var, "count": self.count}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.mean, self.var, self.count = state["mean"], state["var"], state["count"]
+
+
+@dataclass
+class Episode:
+    """What a learner takes from one batched episode (its final observation and info)."""
+
+    input_ids: torch.Tensor  # (B, W) prompt (left-padded) then response
+    attention_mask: torch.Tensor  # (B, W)
+    response_width: int  # T: the response occupies the last T columns
+    scores: np.ndarray  # (B,) reward received (the collective reward under CORY)
+    task_rewards: np.ndarray  # (B,) the learner's own task reward
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_final_step(cls, observation: dict[str, np.ndarray], info: dict[str, Any]) -> Episode:
+        """Build from ``last()`` at the learner's final (terminated) step."""
+        lengths = np.atleast_1d(info["response_length"])
+        T = int(lengths.max())
+        W = int(observation["past_length"][0] + observation["num_new_tokens"][0])
+        ids = np.atleast_2d(observation["input_ids"])[:, -W:]
+        mask = np.atleast_2d(observation["attention_mask"])[:, -W:]
+        return cls(
+            input_ids=torch.tensor(ids),
+            attention_mask=torch.tensor(mask),
+            response_width=T,
+            scores=np.atleast_1d(np.asarray(info["reward"], dtype=np.float64)),
+            task_rewards=np.atleast_1d(np.asarray(info["task_reward"], dtype=np.float64)),
+        )
+
+
+class PPOLearner:
+    """A learning agent: policy + value head, optimizer, KL controller, score statistics.
+
+    Args:
+        model: the trainable :class:`CausalLMWithValueHead`.
+        reference: the frozen reference causal LM (may be shared between learners).
+        config: :class:`PPOConfig`.
+        generator: ``torch.Generator`` for sampling tokens and shuffling minibatches.
+        sampling: keyword arguments for :class:`LMActor` (do_sample, temperature, top_k, top_p).
+    """
+
+    def __init__(
+        self,
+        model: CausalLMWithValueHead,
+        reference: torch.nn.Module,
+        config: PPOConfig,
+        generator: torch.Generator | None = None,
+        sampling: dict[str, Any] | None = None,
+    ):
+        self.model = model
+        self.reference = reference.eval().requires_grad_(False)
+        self.config = config
+        self.generator = generator or torch.Generator().manual_seed(0)
+        self.actor = LMActor(model.lm, generator=self.generator, **(sampling or {}))
+        self.optimizer = torch.optim.AdamW(
+            [p for p in model.parameters() if p.requires_grad], lr=config.learning_rate, weight_decay=config.weight_decay
+        )
+        self.kl_ctl = (
+            AdaptiveKLController(config.init_kl_coef, config.target_kl, config.kl_horizon)
+            if config.adaptive_kl
+            else FixedKLController(config.init_kl_coef)
+        )
+        self.score_moments = RunningMoments()
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def act(self, agent: str, observation: dict[str, np.ndarray]) -> np.ndarray | int:
+        self.model.eval()
+        return self.actor.act(agent, observation)
+
+    # ------------------------------------------------------------------ scoring
+    def _process_scores(self, scores: np.ndarray) -> torch.Tensor:
+        c = self.config
+        if c.score_scaling:
+            self.score_moments.update(scores)
+            scores = scores - self.score_moments.mean if c.score_norm else scores
+            scores = scores / (self.score_moments.std + 1e-8)
+        if c.score_clip is not None:
+            scores = np.clip(scores, -c.score_clip, c.score_clip)
+        return torch.tensor(scores, dtype=torch.float32, device=self.device)
+
+    @torch.no_grad()
+    def _score_episode(self, ep: Episode) -> dict[str, torch.Tensor]:
+        T, dev = ep.response_width, self.device
+        ids, mask = ep.input_ids.to(dev), ep.attention_mask.to(dev)
+        response, response_mask = ids[:, -T:], mask[:, -T:].float()
+        self.model.eval()
+        logits, values = self.model(ids, mask, keep=T + 1)
+        logits, values = logits[:, :-1].float(), values[:, :-1]
+        logprobs = selective_log_softmax(logits, response)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        ref_logits = self.reference(
+            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False, logits_to_keep=T + 1
+        ).logits[:, :-1].float()
+        ref_logprobs = selective_log_softmax(ref_logits, response)
+        full = self.config.kl_estimator == "full"
+        kl = kl_per_token(
+            logprobs, ref_logprobs, self.config.kl_estimator,
+            logits=logits if full else None, ref_logits=ref_logits if full else None,
+        )  # fmt: skip
+        return {
+            "response": response,
+            "response_mask": response_mask,
+            "logprobs": logprobs,
+            "ref_logprobs": ref_logprobs,
+            "values": values,
+            "kl": kl * response_mask,
+        }
+
+    # ------------------------------------------------------------------ learning
+    def learn(self, ep: Episode) -> dict[str, float]:
+        """One PPO update on one batched episode; returns the iteration's statistics."""
+        c = self.config
+        B, T = ep.input_ids.shape[0], ep.response_width
+        if B % c.mini_batch_size:
+            raise ValueError(f"the batch of {B} conversations is not divisible by mini_batch_size={c.mini_batch_size}")
+        s = self._score_episode(ep)
+        mask = s["response_mask"]
+        scores = self._process_scores(ep.scores)
+        kl_coef = self.kl_ctl.value
+        rewards = token_rewards(scores, s["kl"], mask, kl_coef)
+        advantages, returns = gae(rewards, s["values"], mask, c.gamma, c.lam)
+        if c.whiten_advantages:
+            advantages = whiten(advantages, mask)
+
+        self.model.train()
+        ids, attn = ep.input_ids.to(self.device), ep.attention_mask.to(self.device)
+        stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "entropy", "clipfrac", "approx_kl")}
+        step_in_accumulation = 0
+        self.optimizer.zero_grad(set_to_none=True)
+        for _ in range(c.ppo_epochs):
+            order = torch.randperm(B, generator=self.generator)
+            for start in range(0, B, c.mini_batch_size):
+                idx = order[start : start + c.mini_batch_size].to(self.device)
+                logits, values = self.model(ids[idx], attn[idx], keep=T + 1)
+                logits, values = logits[:, :-1].float(), values[:, :-1]
+                new_logprobs = selective_log_softmax(logits, s["response"][idx])
+                m = mask[idx]
+                pg_loss, pg_stats = policy_loss(new_logprobs, s["logprobs"][idx], advantages[idx], m, c.cliprange)
+                vf_loss, vf_stats = value_loss(values, s["values"][idx], returns[idx], m, c.cliprange_value)
+                loss = (pg_loss + c.vf_coef * vf_loss) / c.gradient_accumulation_steps
+                loss.backward()
+                step_in_accumulation += 1
+                if step_in_accumulation % c.gradient_accumulation_steps == 0:
+                    if c.max_grad_norm is not None:
+                        torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm)
+                    self.optimizer.step()
+                    self.optimizer.zero_grad(set_to_none=True)
+                with torch.no_grad():
+                    stats["policy_loss"].append(pg_loss.item())
+                    stats["value_loss"].append(vf_loss.item())
+                    stats["entropy"].append(masked_mean(entropy_from_logits(logits), m).item())
+                    stats["clipfrac"].append(float(pg_stats["clipfrac"]))
+                    stats["approx_kl"].append(float(pg_stats["approx_kl"]))
+        if step_in_accumulation % c.gradient_accumulation_steps:  # a partial accumulation left over
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+
+        # The paper's KL: per-token KL summed over the response, batch mean.
+        kl_sum = float((s["kl"]).sum(-1).mean())
+        self.kl_ctl.update(kl_sum, B)
+        task = ep.task_rewards
+        return {
+            "task_reward_mean": float(task.mean()),
+            "task_reward_std": float(task.std()),
+            "reward_mean": float(ep.scores.mean()),
+            "kl": kl_sum,
+            "combined_reward": float(task.mean()) - kl_coef * kl_sum,
+            "kl_coef": kl_coef,
+            "response_length": float(mask.sum(-1).mean()),
+            **{k: float(np.mean(v)) for k, v in stats.items()},
+        }
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "kl_ctl": self.kl_ctl.state_dict(),
+            "score_moments": self.score_moments.state_dict(),
+            "generator": self.generator.get_state(),
+            "config": asdict(self.config),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.kl_ctl.load_state_dict(state["kl_ctl"])
+        self.score_moments.load_state_dict(state["score_moments"])
+        self.generator.set_state(state["generator"])

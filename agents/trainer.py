@@ -1,0 +1,303 @@
+"""Training loop: CORY (two learners) or single-agent PPO, driven through the environment.
+
+CORY plays ``RoleExchangeWrapper(CollectiveRewardWrapper(env))``: learners ``llm_0`` and
+``llm_1`` are persistent objects, so a role exchange keeps each one's weights, optimizer
+state, value head, KL controller and score statistics (the authors' code rebuilt its
+trainers from disk every exchange, losing all but the weights). PPO plays the same
+environment with the pioneer alone and its own task reward.
+
+Each iteration: one batched episode (the rollout), then a PPO update per learner.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+from trl.trainer.utils import disable_dropout_in_model
+
+from agents.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from agents.metrics import MetricsLogger
+from agents.plots import plot_run
+from agents.ppo import Episode, PPOConfig, PPOLearner
+from agents.value_model import CausalLMWithValueHead
+from cory_env import CollectiveRewardWrapper, RoleExchangeWrapper, env
+from cory_env.models import EMBEDDED_MODEL, load_causal_lm, load_tokenizer
+from cory_env.rewards.base import RewardFunction
+from cory_env.tasks.sentiment import sentiment_prompts
+
+ALGOS = ("cory", "ppo")
+ROLE_IDS = {"pioneer": 0, "observer": 1}
+
+
+def _f(default: Any, help: str, **kw: Any) -> Any:
+    return field(default=default, metadata={"help": help, **kw})
+
+
+@dataclass
+class TrainConfig:
+    """Everything a run needs; each field is a command-line flag of examples/train_cory.py."""
+
+    algo: str = _f("cory", "cory: two learners, collective reward, role exchange; ppo: single-agent baseline", choices=list(ALGOS))
+    task: str = _f("sentiment", "task: sentiment (movie-review continuation)", choices=["sentiment"])
+    model: str = _f(EMBEDDED_MODEL, "model name or path (Hub name, local folder, or the embedded smollm2-135m)")
+    reward: str = _f("vader", "reward: vader, a Hub text-classification model (raw logit of its positive label), or package.module:function")
+    review_source: str = _f("auto", "sentiment prompts: auto, imdb or rotten_tomatoes")
+    iterations: int = _f(20, "training iterations (one batched episode each)")
+    batch_size: int = _f(8, "conversations per iteration")
+    mini_batch_size: int = _f(8, "conversations per gradient step")
+    gradient_accumulation_steps: int = _f(1, "minibatches per optimizer step")
+    ppo_epochs: int = _f(4, "PPO passes over each batch")
+    lr: float = _f(1.41e-5, "Adam learning rate")
+    kl_coef: float = _f(0.3, "KL penalty coefficient eta (initial value if adaptive)")
+    adaptive_kl: bool = _f(False, "adapt the KL coefficient towards --target-kl")
+    target_kl: float = _f(6.0, "target KL (summed over the response) of the adaptive controller")
+    kl_horizon: int = _f(10000, "horizon of the adaptive KL controller")
+    kl_estimator: str = _f("k1", "per-token KL: k1 (sampled token), abs, mse, full (whole distribution)", choices=["k1", "abs", "mse", "full"])
+    vf_coef: float = _f(0.1, "value loss coefficient")
+    cliprange: float = _f(0.2, "policy ratio clip range")
+    cliprange_value: float = _f(0.2, "value clip range")
+    gamma: float = _f(1.0, "discount")
+    lam: float = _f(0.95, "GAE lambda")
+    max_grad_norm: float = _f(1.0, "gradient clipping norm (0: off)")
+    score_scaling: bool = _f(False, "scale task scores by their running std")
+    score_norm: bool = _f(False, "also subtract the running mean of scores")
+    role_exchange_period: int = _f(5, "iterations between role exchanges (CORY's T_REx)")
+    no_role_exchange: bool = _f(False, "ablation: never exchange roles")
+    no_knowledge_transfer: bool = _f(False, "ablation: the observer sees only the query")
+    min_new_tokens: int = _f(4, "response length limit is sampled per batch from [min, max]")
+    max_new_tokens: int = _f(15, "largest response length limit")
+    temperature: float = _f(1.0, "sampling temperature")
+    top_k: int = _f(0, "top-k sampling (0: off, the paper's setting)")
+    top_p: float = _f(1.0, "nucleus sampling (1.0: off, the paper's setting)")
+    context_length: int = _f(128, "observation width in tokens (prompt + response must fit)")
+    seed: int = _f(0, "random seed (prompts, sampling, minibatches)")
+    out: str = _f("runs/cory", "output folder: metrics.csv, samples.jsonl, plots, checkpoints")
+    resume: bool = _f(False, "continue from the newest checkpoint in --out")
+    checkpoint_every: int = _f(10, "save a checkpoint every N iterations (and at the end)")
+    samples_per_iteration: int = _f(4, "sample generations per learner written to samples.jsonl")
+    tensorboard: bool = _f(True, "also log to TensorBoard in --out")
+    device: str = _f("auto", "cpu, cuda, or auto")
+    preset: str = _f("", "paper-imdb: the paper's IMDB settings (GPT2-Large, distilbert-imdb, batch 256, 100 iterations)", choices=["", "paper-imdb"])
+
+    def ppo_config(self) -> PPOConfig:
+        return PPOConfig(
+            learning_rate=self.lr, mini_batch_size=self.mini_batch_size,
+            gradient_accumulation_steps=self.gradient_accumulation_steps, ppo_epochs=self.ppo_epochs,
+            gamma=self.gamma, lam=self.lam, cliprange=self.cliprange, cliprange_value=self.cliprange_value,
+            vf_coef=self.vf_coef, init_kl_coef=self.kl_coef, adaptive_kl=self.adaptive_kl, target_kl=self.target_kl,
+            kl_horizon=self.kl_horizon, kl_estimator=self.kl_estimator, max_grad_norm=self.max_grad_norm or None,
+            score_scaling=self.score_scaling, score_norm=self.score_norm,
+        )  # fmt: skip
+
+
+#: The paper's IMDB settings (tables 1-2); explicit flags still win.
+PRESETS: dict[str, dict[str, Any]] = {
+    "paper-imdb": dict(
+        model="gpt2-large", reward="lvwerra/distilbert-imdb", review_source="imdb", iterations=100,
+        batch_size=256, mini_batch_size=256, ppo_epochs=4, lr=1.41e-5, kl_coef=0.3, gamma=1.0, lam=0.95,
+        cliprange=0.2, cliprange_value=0.2, vf_coef=0.1, role_exchange_period=5, min_new_tokens=4, max_new_tokens=15,
+    ),  # fmt: skip
+}
+
+
+def apply_preset(config: TrainConfig) -> TrainConfig:
+    """Fill the preset's values into fields still at their defaults."""
+    if not config.preset:
+        return config
+    defaults = TrainConfig()
+    changes = {k: v for k, v in PRESETS[config.preset].items() if getattr(config, k) == getattr(defaults, k)}
+    return dataclasses.replace(config, **changes)
+
+
+def resolve_reward(name: str, device: torch.device) -> RewardFunction:
+    """``vader``, ``package.module:function``, or a Hub text-classification model name."""
+    if name == "vader":
+        from cory_env.rewards.sentiment import vader_sentiment
+
+        return vader_sentiment
+    if ":" in name:
+        module, _, attr = name.partition(":")
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(f"cannot import reward {name!r}: {exc}. Use package.module:function") from exc
+    return _classifier_reward(name, device)
+
+
+def _classifier_reward(name: str, device: torch.device) -> RewardFunction:
+    """Raw logit of the positive label of a text classifier (the paper's distilbert-imdb reward)."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from cory_env.hub import hub_offline
+    from cory_env.models import ModelNotAvailableError
+
+    try:
+        tok = AutoTokenizer.from_pretrained(name, local_files_only=hub_offline())
+        clf = AutoModelForSequenceClassification.from_pretrained(name, local_files_only=hub_offline()).to(device).eval()
+    except OSError as exc:
+        raise ModelNotAvailableError(
+            f"reward {name!r} is neither 'vader', a module:function, nor a loadable text-classification model "
+            f"({exc}). Offline, use --reward vader (the embedded default)."
+        ) from exc
+    labels = {v.upper(): k for k, v in clf.config.id2label.items()}
+    positive = labels.get("POSITIVE", labels.get("POS", max(clf.config.id2label)))
+
+    @torch.no_grad()
+    def classifier_reward(queries: list[str], responses: list[str], **_: Any) -> list[float]:
+        enc = tok([q + r for q, r in zip(queries, responses)], return_tensors="pt", padding=True, truncation=True)
+        return clf(**enc.to(device)).logits[:, positive].float().cpu().tolist()
+
+    classifier_reward.__qualname__ = f"classifier_reward[{name}]"
+    return classifier_reward
+
+
+class Trainer:
+    """Plays batched episodes and updates the learners; checkpoints and resumes exactly."""
+
+    def __init__(self, config: TrainConfig):
+        self.config = config = apply_preset(config)
+        if config.algo not in ALGOS:
+            raise ValueError(f"algo must be one of {ALGOS}, got {config.algo!r}")
+        if config.batch_size % config.mini_batch_size:
+            raise ValueError(
+                f"--batch-size {config.batch_size} must be a multiple of --mini-batch-size {config.mini_batch_size}"
+            )
+        _seed_everything(config.seed)
+        self.device = torch.device(
+            ("cuda" if torch.cuda.is_available() else "cpu") if config.device == "auto" else config.device
+        )
+        self.out = Path(config.out)
+        tokenizer = load_tokenizer(config.model)
+        reference = load_causal_lm(config.model, device=self.device)
+        disable_dropout_in_model(reference)
+        names = ["llm_0", "llm_1"] if config.algo == "cory" else ["pioneer"]
+        sampling = dict(do_sample=True, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)
+        self.learners: dict[str, PPOLearner] = {}
+        for i, name in enumerate(names):
+            model = CausalLMWithValueHead(copy.deepcopy(reference).requires_grad_(True)).to(self.device)
+            generator = torch.Generator().manual_seed(config.seed * 1000 + i)
+            self.learners[name] = PPOLearner(model, reference, config.ppo_config(), generator, sampling)
+
+        base = env(
+            tokenizer=tokenizer,
+            prompts=sentiment_prompts(tokenizer, source=config.review_source),
+            reward_fn=resolve_reward(config.reward, self.device),
+            num_conversations=config.batch_size,
+            max_new_tokens=(config.min_new_tokens, config.max_new_tokens),
+            context_length=config.context_length,
+            knowledge_transfer=not config.no_knowledge_transfer,
+            with_observer=config.algo == "cory",
+        )
+        self.game = base
+        if config.algo == "cory":
+            period = None if config.no_role_exchange else config.role_exchange_period
+            self.game = RoleExchangeWrapper(CollectiveRewardWrapper(base), period=period)
+        self.iteration = 0
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "iteration": self.iteration,
+            "learners": {n: learner.state_dict() for n, learner in self.learners.items()},
+            "episodes": getattr(self.game, "episodes", None),
+            "env_rng": self.game.unwrapped.np_random.bit_generator.state,
+            "torch_rng": torch.get_rng_state(),
+            "config": dataclasses.asdict(self.config),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.iteration = state["iteration"]
+        for name, learner in self.learners.items():
+            learner.load_state_dict(state["learners"][name])
+        if state["episodes"] is not None:
+            self.game.episodes = state["episodes"]
+        raw = self.game.unwrapped
+        raw.np_random = np.random.Generator(np.random.PCG64())
+        raw.np_random.bit_generator.state = state["env_rng"]
+        torch.set_rng_state(state["torch_rng"])
+
+    # ------------------------------------------------------------------ loop
+    def rollout(self) -> dict[str, tuple[Episode, dict[str, Any]]]:
+        """Play one batched episode; return each learner's episode and final info."""
+        self.game.reset(seed=self.config.seed if self.iteration == 0 else None)
+        finals = {}
+        for agent in self.game.agent_iter():
+            obs, reward, term, trunc, info = self.game.last()
+            if term or trunc:
+                finals[agent] = (Episode.from_final_step(obs, info), info)
+                self.game.step(None)
+            else:
+                self.game.step(self.learners[agent].act(agent, obs))
+        return finals
+
+    def run_iteration(self) -> tuple[dict[str, float], list[dict[str, Any]]]:
+        start = time.perf_counter()
+        finals = self.rollout()
+        rollout_s = time.perf_counter() - start
+        tokens = sum(int(np.sum(info["response_length"])) for _, info in finals.values())
+        metrics: dict[str, float] = {}
+        samples = []
+        for name, (episode, info) in finals.items():
+            stats = self.learners[name].learn(episode)
+            metrics.update({f"{name}/{k}": v for k, v in stats.items()})
+            metrics[f"{name}/role"] = ROLE_IDS[info["role"]]
+            for b in range(min(self.config.samples_per_iteration, len(info["query"]))):
+                samples.append(dict(learner=name, role=info["role"], query=info["query"][b],
+                                    response=info["response"][b], task_reward=float(info["task_reward"][b]),
+                                    reward=float(info["reward"][b])))  # fmt: skip
+        metrics["tokens_per_s"] = tokens / rollout_s
+        metrics["seconds"] = time.perf_counter() - start
+        self.iteration += 1
+        return metrics, samples
+
+    def train(self, progress: bool = True) -> Path:
+        """Run (or resume) to ``config.iterations``; returns the output folder."""
+        c = self.config
+        self.out.mkdir(parents=True, exist_ok=True)
+        checkpoint = latest_checkpoint(self.out) if c.resume else None
+        logger = MetricsLogger(self.out, tensorboard=c.tensorboard, resume=checkpoint is not None)
+        if checkpoint is not None:
+            self.load_state_dict(load_checkpoint(checkpoint))
+            logger.truncate(self.iteration - 1)
+        (self.out / "config.json").write_text(json.dumps(dataclasses.asdict(c), indent=2))
+        bar = tqdm(total=c.iterations, initial=self.iteration, disable=not progress, desc=c.algo, unit="it")
+        with logger:
+            while self.iteration < c.iterations:
+                it = self.iteration
+                metrics, samples = self.run_iteration()
+                logger.log(it, metrics)
+                logger.log_samples(it, samples)
+                bar.set_postfix(_postfix(metrics), refresh=False)
+                bar.update(1)
+                if self.iteration % c.checkpoint_every == 0 or self.iteration == c.iterations:
+                    save_checkpoint(self.out, it, self.state_dict())
+        bar.close()
+        plot_run(self.out)
+        return self.out
+
+
+def _postfix(metrics: dict[str, float]) -> dict[str, str]:
+    shown = {}
+    for key, value in metrics.items():
+        learner, _, name = key.rpartition("/")
+        if name in ("task_reward_mean", "kl"):
+            shown[f"{learner}.{'R' if name.startswith('task') else 'KL'}"] = f"{value:.3f}"
+    shown["tok/s"] = f"{metrics['tokens_per_s']:.0f}"
+    return shown
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)

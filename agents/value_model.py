@@ -1,0 +1,49 @@
+"""A causal LM with a scalar value head: the PPO agent's policy and critic in one network.
+
+The value head reads the last hidden state at every position, as in TRL 0.7's
+``AutoModelForCausalLMWithValueHead``: ``V(s_t)`` is the value of the context up to
+and including token ``t``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class CausalLMWithValueHead(nn.Module):
+    """Wraps a Hugging Face causal LM (``lm``) and adds ``v_head``.
+
+    ``forward`` returns ``(logits, values)`` for the last ``keep`` positions.
+    """
+
+    def __init__(self, lm: nn.Module):
+        super().__init__()
+        self.lm = lm
+        hidden = lm.config.get_text_config().hidden_size
+        self.v_head = nn.Linear(hidden, 1)
+        nn.init.normal_(self.v_head.weight, std=1.0 / (hidden + 1) ** 0.5)
+        nn.init.zeros_(self.v_head.bias)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        keep: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits ``(B, keep, V)`` and values ``(B, keep)`` of the last ``keep`` positions.
+
+        Left padding is handled as in ``generate``: positions count real tokens only.
+        """
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.lm(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            output_hidden_states=True,
+            use_cache=False,
+            logits_to_keep=keep,
+        )
+        hidden = out.hidden_states[-1][:, -keep:]
+        values = self.v_head(hidden.to(self.v_head.weight.dtype)).squeeze(-1)
+        return out.logits, values

@@ -1,0 +1,36 @@
+"""Fine-tune a language model with CORY (or single-agent PPO) through the environment.
+
+With no flags it trains on the embedded default, fully offline: SmolLM2-135M, movie-review
+prefixes (Rotten Tomatoes offline, IMDB where available), VADER sentiment reward.
+
+    python examples/train_cory.py                                  # CORY, embedded default
+    python examples/train_cory.py --algo ppo --out runs/ppo        # the single-agent baseline
+    python examples/train_cory.py --preset paper-imdb --device cuda --out runs/paper
+    python examples/train_cory.py --out runs/cory --resume         # continue after a crash
+    python examples/plot_runs.py --run PPO=runs/ppo --run CORY=runs/cory --out cmp.png
+
+Writes to --out: metrics.csv (+ TensorBoard events), samples.jsonl, task_reward.png,
+kl.png, combined_reward.png, config.json, and checkpoints/.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from transformers import HfArgumentParser
+
+from agents.trainer import TrainConfig, Trainer
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = HfArgumentParser(TrainConfig, description=__doc__)
+    (config,) = parser.parse_args_into_dataclasses(args=argv)
+    trainer = Trainer(config)
+    out = trainer.train()
+    print(f"\nmetrics: {out / 'metrics.csv'}  samples: {out / 'samples.jsonl'}")
+    print(f"plots:   {out / 'task_reward.png'}, {out / 'kl.png'}, {out / 'combined_reward.png'}")
+    print(f"checkpoints: {out / 'checkpoints'} (resume with --resume --out {out})")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
