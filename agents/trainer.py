@@ -17,6 +17,7 @@ import importlib
 import json
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from agents.ppo import Episode, PPOConfig, PPOLearner
 from agents.value_model import CausalLMWithValueHead
 from cory_env import CollectiveRewardWrapper, RoleExchangeWrapper, env
 from cory_env.models import EMBEDDED_MODEL, load_causal_lm, load_tokenizer
+from cory_env.prompts import PromptSource
 from cory_env.rewards.base import RewardFunction
 from cory_env.tasks.sentiment import sentiment_prompts
 
@@ -165,7 +167,13 @@ def _classifier_reward(name: str, device: torch.device) -> RewardFunction:
 class Trainer:
     """Plays batched episodes and updates the learners; checkpoints and resumes exactly."""
 
-    def __init__(self, config: TrainConfig):
+    def __init__(
+        self,
+        config: TrainConfig,
+        prompts: PromptSource | Sequence[str] | None = None,
+        reward_fn: RewardFunction | None = None,
+    ):
+        """``prompts`` and ``reward_fn`` override the task's prompt source and ``config.reward``."""
         self.config = config = apply_preset(config)
         if config.algo not in ALGOS:
             raise ValueError(f"algo must be one of {ALGOS}, got {config.algo!r}")
@@ -191,8 +199,8 @@ class Trainer:
 
         base = env(
             tokenizer=tokenizer,
-            prompts=sentiment_prompts(tokenizer, source=config.review_source),
-            reward_fn=resolve_reward(config.reward, self.device),
+            prompts=prompts if prompts is not None else sentiment_prompts(tokenizer, source=config.review_source),
+            reward_fn=reward_fn if reward_fn is not None else resolve_reward(config.reward, self.device),
             num_conversations=config.batch_size,
             max_new_tokens=(config.min_new_tokens, config.max_new_tokens),
             context_length=config.context_length,

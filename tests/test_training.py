@@ -1,0 +1,146 @@
+"""Training for real at toy scale: learning, role exchange state, checkpoints, the CLI."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from agents.trainer import TrainConfig, Trainer
+
+from .toy import fraction_good, save_tiny_llama, toy_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPTS = ["the movie was", "the plot is", "acting is very"]
+
+
+@pytest.fixture(scope="module")
+def toy_model(tmp_path_factory) -> Path:
+    return save_tiny_llama(tmp_path_factory.mktemp("toy_llama"), toy_tokenizer())
+
+
+def toy_config(model: Path, out: Path, **kw) -> TrainConfig:
+    defaults = dict(
+        model=str(model), iterations=12, batch_size=16, mini_batch_size=8, ppo_epochs=4, lr=1e-2, kl_coef=0.05,
+        min_new_tokens=6, max_new_tokens=6, out=str(out), tensorboard=False, checkpoint_every=100, context_length=48,
+    )  # fmt: skip
+    defaults.update(kw)
+    return TrainConfig(**defaults)
+
+
+def reward_curve(out: Path, learner: str) -> np.ndarray:
+    return pd.read_csv(out / "metrics.csv")[f"{learner}/task_reward_mean"].to_numpy()
+
+
+def test_ppo_raises_the_reward(toy_model, tmp_path):
+    Trainer(toy_config(toy_model, tmp_path, algo="ppo"), prompts=PROMPTS, reward_fn=fraction_good).train(progress=False)
+    curve = reward_curve(tmp_path, "pioneer")
+    assert curve[-3:].mean() > curve[:3].mean() + 0.15, curve
+
+
+def test_cory_raises_the_reward_of_both_learners(toy_model, tmp_path):
+    config = toy_config(toy_model, tmp_path, algo="cory", iterations=14, role_exchange_period=2)
+    Trainer(config, prompts=PROMPTS, reward_fn=fraction_good).train(progress=False)
+    for learner in ("llm_0", "llm_1"):
+        curve = reward_curve(tmp_path, learner)
+        assert curve[-3:].mean() > curve[:3].mean() + 0.1, (learner, curve)
+    roles = pd.read_csv(tmp_path / "metrics.csv")["llm_0/role"].tolist()
+    assert roles == [0, 0, 1, 1] * 3 + [0, 0]  # pioneer (0) and observer (1), exchanged every 2 iterations
+
+
+def test_role_exchange_keeps_optimizer_and_controller_state(toy_model, tmp_path):
+    config = toy_config(toy_model, tmp_path, algo="cory", iterations=1, role_exchange_period=1, adaptive_kl=True)
+    trainer = Trainer(config, prompts=PROMPTS, reward_fn=fraction_good)
+    learner = trainer.learners["llm_0"]
+    ids = {name: id(x) for name, x in (("model", learner.model), ("optimizer", learner.optimizer), ("kl", learner.kl_ctl))}
+    coefs = []
+    for iteration in range(3):
+        trainer.run_iteration()
+        assert trainer.game.roles["llm_0"] == ("pioneer" if iteration % 2 == 0 else "observer")
+        coefs.append(learner.kl_ctl.value)
+    # Same objects across the exchanges, Adam moments accumulated over all 3 iterations.
+    assert ids == {name: id(x) for name, x in (("model", learner.model), ("optimizer", learner.optimizer), ("kl", learner.kl_ctl))}
+    steps = {int(s["step"]) for s in learner.optimizer.state.values()}
+    assert steps == {3 * config.ppo_epochs * config.batch_size // config.mini_batch_size}
+    assert len(set(coefs)) == 3  # the adaptive coefficient kept moving, never reset to its initial value
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, str(ROOT / "examples" / "train_cory.py"), *args]
+
+
+def cli_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+
+
+def toy_cli_args(model: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "--model", str(model), "--reward", "tests.toy:fraction_good", "--review-source", "rotten_tomatoes",
+        "--batch-size", "4", "--mini-batch-size", "2", "--ppo-epochs", "2", "--lr", "1e-2",
+        "--min-new-tokens", "3", "--max-new-tokens", "5", "--context-length", "48", "--out", str(out),
+        "--tensorboard", "false", *extra,
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("algo", ["cory", "ppo"])
+def test_cli_end_to_end(toy_model, tmp_path, algo):
+    out = tmp_path / algo
+    result = subprocess.run(
+        cli(*toy_cli_args(toy_model, out, "--algo", algo, "--iterations", "2")),
+        env=cli_env(), cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = pd.read_csv(out / "metrics.csv")
+    assert metrics["iteration"].tolist() == [0, 1]
+    learners = ["llm_0", "llm_1"] if algo == "cory" else ["pioneer"]
+    for learner in learners:
+        for column in ("task_reward_mean", "kl", "combined_reward", "policy_loss", "value_loss", "entropy",
+                       "clipfrac", "kl_coef", "role"):  # fmt: skip
+            assert np.isfinite(metrics[f"{learner}/{column}"]).all()
+    for png in ("task_reward.png", "kl.png", "combined_reward.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "samples.jsonl").read_text().count("\n") >= 2
+    assert (out / "checkpoints" / "iter_000001.pt").exists()
+    assert "plots:" in result.stdout
+
+
+def test_cli_help_explains_the_flags():
+    result = subprocess.run(cli("--help"), env=cli_env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0
+    for flag in ("--algo", "--role-exchange-period", "--no-knowledge-transfer", "--kl-coef", "--resume", "--preset"):
+        assert flag in result.stdout
+    assert "iterations between role exchanges" in result.stdout
+
+
+def test_resume_after_sigkill_matches_an_uninterrupted_run(toy_model, tmp_path):
+    args = ["--algo", "cory", "--iterations", "6", "--checkpoint-every", "1", "--role-exchange-period", "2"]
+    whole = tmp_path / "whole"
+    subprocess.run(cli(*toy_cli_args(toy_model, whole, *args)), env=cli_env(), cwd=ROOT, check=True,
+                   capture_output=True, timeout=300)  # fmt: skip
+
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(cli(*toy_cli_args(toy_model, killed, *args)), env=cli_env(), cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 240
+    while not (killed / "checkpoints" / "iter_000001.pt").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its second checkpoint"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done = pd.read_csv(killed / "metrics.csv")["iteration"].max()
+    assert done < 5, "killed too late to test a resume"
+
+    subprocess.run(cli(*toy_cli_args(toy_model, killed, *args, "--resume")), env=cli_env(), cwd=ROOT, check=True,
+                   capture_output=True, timeout=300)  # fmt: skip
+    timing = ["tokens_per_s", "seconds"]
+    a = pd.read_csv(whole / "metrics.csv").drop(columns=timing)
+    b = pd.read_csv(killed / "metrics.csv").drop(columns=timing)
+    assert b["iteration"].tolist() == list(range(6))
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
