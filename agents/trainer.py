@@ -16,6 +16,7 @@ import dataclasses
 import importlib
 import json
 import random
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -86,6 +87,7 @@ class TrainConfig:
     seed: int = _f(0, "random seed (prompts, sampling, minibatches)")
     out: str = _f("runs/cory", "output folder: metrics.csv, samples.jsonl, plots, checkpoints")
     resume: bool = _f(False, "continue from the newest checkpoint in --out")
+    overwrite: bool = _f(False, "start over in an --out that already holds a run (its checkpoints are deleted)")
     checkpoint_every: int = _f(10, "save a checkpoint every N iterations (and at the end)")
     samples_per_iteration: int = _f(4, "sample generations per learner written to samples.jsonl")
     tensorboard: bool = _f(True, "also log to TensorBoard in --out")
@@ -273,7 +275,15 @@ class Trainer:
         """Run (or resume) to ``config.iterations``; returns the output folder."""
         c = self.config
         self.out.mkdir(parents=True, exist_ok=True)
-        checkpoint = latest_checkpoint(self.out) if c.resume else None
+        checkpoint = latest_checkpoint(self.out)
+        if checkpoint is not None and not c.resume:
+            if not c.overwrite:
+                raise FileExistsError(
+                    f"{self.out} already holds a run (checkpoint {checkpoint.name}): pass --resume to continue it, "
+                    f"--overwrite to start over there, or choose another --out"
+                )
+            shutil.rmtree(checkpoint.parent)
+            checkpoint = None
         logger = MetricsLogger(self.out, tensorboard=c.tensorboard, resume=checkpoint is not None)
         if checkpoint is not None:
             self.load_state_dict(load_checkpoint(checkpoint))

@@ -144,3 +144,12 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(toy_model, tmp_path):
     b = pd.read_csv(killed / "metrics.csv").drop(columns=timing)
     assert b["iteration"].tolist() == list(range(6))
     pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+def test_a_new_run_does_not_silently_replace_an_old_one(toy_model, tmp_path):
+    config = toy_config(toy_model, tmp_path, algo="ppo", iterations=1)
+    Trainer(config, prompts=PROMPTS, reward_fn=fraction_good).train(progress=False)
+    with pytest.raises(FileExistsError, match="--resume.*--overwrite"):
+        Trainer(config, prompts=PROMPTS, reward_fn=fraction_good).train(progress=False)
+    again = toy_config(toy_model, tmp_path, algo="ppo", iterations=1, overwrite=True)
+    Trainer(again, prompts=PROMPTS, reward_fn=fraction_good).train(progress=False)
