@@ -16,7 +16,6 @@ Example:
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +46,7 @@ class LMActor:
         temperature, top_k, top_p: sampling settings as in ``model.generate``
             (``top_k=0`` and ``top_p=1.0`` disable them, the paper's setting).
         generator: a ``torch.Generator`` for reproducible sampling.
+        bf16: run the forward passes under bfloat16 autocast.
 
     One actor can serve several agents (e.g. one model for both roles): the cache
     is kept per agent name.
@@ -61,8 +61,10 @@ class LMActor:
         top_k: int = 0,
         top_p: float = 1.0,
         generator: torch.Generator | None = None,
+        bf16: bool = False,
     ):
         self.model = model
+        self.bf16 = bf16
         self.do_sample = do_sample
         self.generator = generator
         warpers: list[Any] = []
@@ -73,9 +75,6 @@ class LMActor:
         if top_p < 1.0:
             warpers.append(TopPLogitsWarper(top_p))
         self.logits_processor = LogitsProcessorList(warpers)
-        # transformers >= 5.2x names the KV cache argument `cache`; earlier, `past_key_values`.
-        params = inspect.signature(model.forward).parameters
-        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
         self._caches: dict[str, DynamicCache] = {}
         self._cached_length: dict[str, int] = {}
 
@@ -127,13 +126,14 @@ class LMActor:
         mask = torch.tensor(np.atleast_2d(observation["attention_mask"])[:, -(past + new) :], device=device)
         # Left padding: positions count real tokens only, as in `generate`.
         positions = (mask.cumsum(-1) - 1).clamp_(min=0)[:, -new:]
-        out = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            use_cache=True,
-            logits_to_keep=1,  # only the next token's logits, even when prefilling a prompt
-            **{self._cache_kwarg: self._caches[agent]},
-        )
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            out = self.model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                cache=self._caches[agent],
+                use_cache=True,
+                logits_to_keep=1,  # only the next token's logits, even when prefilling a prompt
+            )
         self._cached_length[agent] = past + new
         return out.logits[:, -1, :].float()

@@ -52,6 +52,7 @@ class PPOConfig:
     score_norm: bool = False  # and subtract the running mean (needs score_scaling)
     score_clip: float | None = None  # clip scores to [-c, c] after scaling
     weight_decay: float = 0.0  # AdamW weight decay
+    bf16: bool = False  # bfloat16 autocast for forward passes (weights and optimizer stay float32)
 
     def __post_init__(self) -> None:
         if self.kl_estimator not in ESTIMATORS:
@@ -133,13 +134,14 @@ class PPOLearner:
         sampling: dict[str, Any] | None = None,
     ):
         self.model = model
-        self.reference = reference.eval().requires_grad_(False)
+        self.reference = reference.eval()  # frozen by whoever built it (it may share weights)
         self.config = config
         self.generator = generator or torch.Generator().manual_seed(0)
-        self.actor = LMActor(model.lm, generator=self.generator, **(sampling or {}))
+        self.actor = LMActor(model.lm, generator=self.generator, bf16=config.bf16, **(sampling or {}))
         self.optimizer = torch.optim.AdamW(
-            [p for p in model.parameters() if p.requires_grad], lr=config.learning_rate, weight_decay=config.weight_decay
+            model.trainable_parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
         )
+        self._params = [p for group in self.optimizer.param_groups for p in group["params"]]
         self.kl_ctl = (
             AdaptiveKLController(config.init_kl_coef, config.target_kl, config.kl_horizon)
             if config.adaptive_kl
@@ -150,6 +152,9 @@ class PPOLearner:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    def _autocast(self) -> torch.autocast:
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.config.bf16)
 
     def act(self, agent: str, observation: dict[str, np.ndarray]) -> np.ndarray | int:
         self.model.eval()
@@ -172,20 +177,20 @@ class PPOLearner:
         ids, mask = ep.input_ids.to(dev), ep.attention_mask.to(dev)
         response, response_mask = ids[:, -T:], mask[:, -T:].float()
         self.model.eval()
-        logits, values = self.model(ids, mask, keep=T + 1)
-        logits, values = logits[:, :-1].float(), values[:, :-1]
+        with self._autocast():
+            logits, values = self.model(ids, mask, keep=T + 1)
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            ref_logits = self.reference(
+                input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False, logits_to_keep=T + 1
+            ).logits
+        logits, values, ref_logits = logits[:, :-1].float(), values[:, :-1].float(), ref_logits[:, :-1].float()
         logprobs = selective_log_softmax(logits, response)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        ref_logits = self.reference(
-            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False, logits_to_keep=T + 1
-        ).logits[:, :-1].float()
         ref_logprobs = selective_log_softmax(ref_logits, response)
-        full = self.config.kl_estimator == "full"
-        kl = kl_per_token(
-            logprobs, ref_logprobs, self.config.kl_estimator,
-            logits=logits if full else None, ref_logits=ref_logits if full else None,
-        )  # fmt: skip
+        # The exact KL (what the paper plots) is logged whatever estimator the penalty uses.
+        exact = kl_per_token(logprobs, ref_logprobs, "full", logits=logits, ref_logits=ref_logits)
+        kl = exact if self.config.kl_estimator == "full" else kl_per_token(logprobs, ref_logprobs, self.config.kl_estimator)
         return {
+            "kl_exact": exact * response_mask,
             "response": response,
             "response_mask": response_mask,
             "logprobs": logprobs,
@@ -219,8 +224,9 @@ class PPOLearner:
             order = torch.randperm(B, generator=self.generator)
             for start in range(0, B, c.mini_batch_size):
                 idx = order[start : start + c.mini_batch_size].to(self.device)
-                logits, values = self.model(ids[idx], attn[idx], keep=T + 1)
-                logits, values = logits[:, :-1].float(), values[:, :-1]
+                with self._autocast():
+                    logits, values = self.model(ids[idx], attn[idx], keep=T + 1)
+                logits, values = logits[:, :-1].float(), values[:, :-1].float()
                 new_logprobs = selective_log_softmax(logits, s["response"][idx])
                 m = mask[idx]
                 pg_loss, pg_stats = policy_loss(new_logprobs, s["logprobs"][idx], advantages[idx], m, c.cliprange)
@@ -230,7 +236,7 @@ class PPOLearner:
                 step_in_accumulation += 1
                 if step_in_accumulation % c.gradient_accumulation_steps == 0:
                     if c.max_grad_norm is not None:
-                        torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm)
+                        torch.nn.utils.clip_grad_norm_(self._params, c.max_grad_norm)
                     self.optimizer.step()
                     self.optimizer.zero_grad(set_to_none=True)
                 with torch.no_grad():
@@ -244,8 +250,8 @@ class PPOLearner:
             self.optimizer.zero_grad(set_to_none=True)
 
         # The paper's KL: per-token KL summed over the response, batch mean.
-        kl_sum = float((s["kl"]).sum(-1).mean())
-        self.kl_ctl.update(kl_sum, B)
+        kl_sum = float(s["kl_exact"].sum(-1).mean())
+        self.kl_ctl.update(float(s["kl"].sum(-1).mean()), B)
         task = ep.task_rewards
         return {
             "task_reward_mean": float(task.mean()),
@@ -261,7 +267,7 @@ class PPOLearner:
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
         return {
-            "model": self.model.state_dict(),
+            "model": self.model.trainable_state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "kl_ctl": self.kl_ctl.state_dict(),
             "score_moments": self.score_moments.state_dict(),
@@ -270,7 +276,7 @@ class PPOLearner:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
+        self.model.load_trainable_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.kl_ctl.load_state_dict(state["kl_ctl"])
         self.score_moments.load_state_dict(state["score_moments"])

@@ -91,6 +91,12 @@ class TrainConfig:
     checkpoint_every: int = _f(10, "save a checkpoint every N iterations (and at the end)")
     samples_per_iteration: int = _f(4, "sample generations per learner written to samples.jsonl")
     tensorboard: bool = _f(True, "also log to TensorBoard in --out")
+    lora: bool = _f(False, "train LoRA adapters on one shared frozen base (the reference is the base itself)")
+    lora_r: int = _f(16, "LoRA rank")
+    lora_alpha: int = _f(32, "LoRA alpha")
+    lora_target_modules: str = _f("all-linear", "modules that get adapters: all-linear, or comma-separated names (e.g. q_proj,v_proj,lm_head)")
+    bf16: bool = _f(False, "bfloat16 autocast for forward passes (float32 weights and optimizer)")
+    load_in_4bit: bool = _f(False, "CUDA only, with --lora: load the base in 4 bits (bitsandbytes NF4), as the paper's GSM8K runs")
     device: str = _f("auto", "cpu, cuda, or auto")
     preset: str = _f("", "paper-imdb: the paper's IMDB settings (GPT2-Large, distilbert-imdb, batch 256, 100 iterations)", choices=["", "paper-imdb"])
 
@@ -101,7 +107,7 @@ class TrainConfig:
             gamma=self.gamma, lam=self.lam, cliprange=self.cliprange, cliprange_value=self.cliprange_value,
             vf_coef=self.vf_coef, init_kl_coef=self.kl_coef, adaptive_kl=self.adaptive_kl, target_kl=self.target_kl,
             kl_horizon=self.kl_horizon, kl_estimator=self.kl_estimator, max_grad_norm=self.max_grad_norm or None,
-            score_scaling=self.score_scaling, score_norm=self.score_norm,
+            score_scaling=self.score_scaling, score_norm=self.score_norm, bf16=self.bf16,
         )  # fmt: skip
 
 
@@ -189,15 +195,13 @@ class Trainer:
         )
         self.out = Path(config.out)
         tokenizer = load_tokenizer(config.model)
-        reference = load_causal_lm(config.model, device=self.device)
-        disable_dropout_in_model(reference)
         names = ["llm_0", "llm_1"] if config.algo == "cory" else ["pioneer"]
+        reference, policies = self._build_models(config, names)
         sampling = dict(do_sample=True, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)
         self.learners: dict[str, PPOLearner] = {}
         for i, name in enumerate(names):
-            model = CausalLMWithValueHead(copy.deepcopy(reference).requires_grad_(True)).to(self.device)
             generator = torch.Generator().manual_seed(config.seed * 1000 + i)
-            self.learners[name] = PPOLearner(model, reference, config.ppo_config(), generator, sampling)
+            self.learners[name] = PPOLearner(policies[name], reference, config.ppo_config(), generator, sampling)
 
         base = env(
             tokenizer=tokenizer,
@@ -214,6 +218,41 @@ class Trainer:
             period = None if config.no_role_exchange else config.role_exchange_period
             self.game = RoleExchangeWrapper(CollectiveRewardWrapper(base), period=period)
         self.iteration = 0
+
+    def _build_models(
+        self, config: TrainConfig, names: list[str]
+    ) -> tuple[torch.nn.Module, dict[str, CausalLMWithValueHead]]:
+        """The frozen reference and one policy (with value head) per learner.
+
+        Full fine-tuning copies the model per learner; ``--lora`` puts one adapter per
+        learner on a single shared base whose adapter-free forward is the reference.
+        """
+        kwargs: dict[str, Any] = {}
+        if config.load_in_4bit:
+            if not config.lora or self.device.type != "cuda":
+                raise ValueError("--load-in-4bit needs --lora and a CUDA device (bitsandbytes 4-bit weights are frozen)")
+            from transformers import BitsAndBytesConfig
+
+            kwargs["quantization_config"] = BitsAndBytesConfig(
+                load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16
+            )
+        base = load_causal_lm(config.model, device=None if config.load_in_4bit else self.device, **kwargs)
+        disable_dropout_in_model(base)
+        base.requires_grad_(False)
+        if not config.lora:
+            policies = {n: CausalLMWithValueHead(copy.deepcopy(base).requires_grad_(True)) for n in names}
+            return base, {n: p.to(self.device) for n, p in policies.items()}
+        from peft import LoraConfig
+
+        from agents.adapters import AdapterView, shared_lora_model
+
+        lora = LoraConfig(
+            r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0,
+            target_modules=_target_modules(config.lora_target_modules), task_type="CAUSAL_LM",
+        )  # fmt: skip
+        shared = shared_lora_model(base, names, lora)
+        policies = {n: CausalLMWithValueHead(AdapterView(shared, n)).to(self.device) for n in names}
+        return AdapterView(shared, None), policies
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -303,6 +342,10 @@ class Trainer:
         bar.close()
         plot_run(self.out)
         return self.out
+
+
+def _target_modules(spec: str) -> str | list[str]:
+    return spec if spec == "all-linear" else [m.strip() for m in spec.split(",") if m.strip()]
 
 
 def _postfix(metrics: dict[str, float]) -> dict[str, str]:

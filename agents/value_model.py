@@ -25,6 +25,30 @@ class CausalLMWithValueHead(nn.Module):
         nn.init.normal_(self.v_head.weight, std=1.0 / (hidden + 1) ** 0.5)
         nn.init.zeros_(self.v_head.bias)
 
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """What this learner's optimizer updates: the value head and the LM's trainable weights
+        (all of them, or only its LoRA adapter when ``lm`` is an :class:`~agents.adapters.AdapterView`)."""
+        lm_params = (
+            self.lm.trainable_parameters()
+            if hasattr(self.lm, "trainable_parameters")
+            else [p for p in self.lm.parameters() if p.requires_grad]
+        )
+        return [*lm_params, *self.v_head.parameters()]
+
+    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
+        """The weights a checkpoint needs: the trainable ones (not a shared frozen base)."""
+        trainable = {id(p) for p in self.trainable_parameters()}
+        return {n: p.detach().clone() for n, p in self.named_parameters() if id(p) in trainable}
+
+    def load_trainable_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        params = dict(self.named_parameters())
+        missing = set(self.trainable_state_dict()) - set(state)
+        if missing:
+            raise KeyError(f"checkpoint lacks {len(missing)} trainable weights, e.g. {sorted(missing)[:3]}")
+        with torch.no_grad():
+            for name, value in state.items():
+                params[name].copy_(value)
+
     def forward(
         self,
         input_ids: torch.Tensor,

@@ -13,6 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import torch
+
+from agents.checkpoint import load_checkpoint
 from agents.trainer import TrainConfig, Trainer
 
 from .toy import fraction_good, save_tiny_llama, toy_tokenizer
@@ -153,3 +156,25 @@ def test_a_new_run_does_not_silently_replace_an_old_one(toy_model, tmp_path):
         Trainer(config, prompts=PROMPTS, reward_fn=fraction_good).train(progress=False)
     again = toy_config(toy_model, tmp_path, algo="ppo", iterations=1, overwrite=True)
     Trainer(again, prompts=PROMPTS, reward_fn=fraction_good).train(progress=False)
+
+
+def test_lora_shared_base_learns_and_keeps_one_copy_of_the_weights(toy_model, tmp_path):
+    # A 32-wide toy model shifts its output mostly through lm_head, so it gets an adapter too.
+    modules = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj,lm_head"
+    config = toy_config(toy_model, tmp_path, algo="cory", iterations=14, role_exchange_period=2, lora=True,
+                        lora_r=8, lr=3e-2, checkpoint_every=14, lora_target_modules=modules)  # fmt: skip
+    trainer = Trainer(config, prompts=PROMPTS, reward_fn=fraction_good)
+    views = [learner.model.lm for learner in trainer.learners.values()]
+    assert views[0].peft_model is views[1].peft_model is trainer.learners["llm_0"].reference.peft_model
+    base_before = {n: p.detach().clone() for n, p in views[0].peft_model.named_parameters() if "lora_" not in n}
+    trainer.train(progress=False)
+    for learner in ("llm_0", "llm_1"):
+        curve = reward_curve(tmp_path, learner)
+        assert curve[-3:].mean() > curve[:3].mean() + 0.1, (learner, curve)
+    # The base (= the reference) never moved; only the adapters did, each its own.
+    for n, p in views[0].peft_model.named_parameters():
+        if "lora_" not in n:
+            assert torch.equal(p, base_before[n]), n
+    saved = load_checkpoint(tmp_path / "checkpoints" / "iter_000013.pt")["learners"]["llm_0"]["model"]
+    assert saved and all("lora_" in n or "v_head" in n for n in saved)
+    assert not any(".llm_1." in n for n in saved)
