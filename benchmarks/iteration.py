@@ -1,0 +1,106 @@
+"""Seconds and peak memory per training iteration: PPO against CORY, same batch.
+
+Each configuration runs in a fresh child process (so peak RSS is its own), one warm-up
+iteration then ``--iterations`` measured ones (median seconds). The defaults are the
+settings at which the CORY authors' code was measured on this kind of machine with the
+embedded model: batch 8, mini-batch 8, 10 new tokens per response, 4 PPO epochs,
+full-vocabulary KL. That code took 15.3 s per PPO and 32.8 s per CORY iteration, with
+3.7 GB and 6.0 GB peak memory.
+
+Targets: CORY costs at most 2.2x a PPO iteration; with shared-base LoRA, CORY's peak
+memory is at most 1.3x PPO's; our CORY needs at most 40% of the authors' CORY time.
+
+    python benchmarks/iteration.py                 # full fine-tuning and LoRA, PPO and CORY
+    python benchmarks/iteration.py --bf16          # the same under bfloat16 autocast
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+AUTHORS = {"ppo": (15.3, 3.7), "cory": (32.8, 6.0)}  # seconds per iteration, peak GB
+
+
+def child(spec: dict) -> None:
+    """Run inside a fresh process: build the trainer, time its iterations, print JSON."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from agents.trainer import TrainConfig, Trainer
+
+    with tempfile.TemporaryDirectory() as out:
+        config = TrainConfig(**spec["config"], out=out, tensorboard=False)
+        trainer = Trainer(config)
+        trainer.run_iteration()  # warm-up
+        times = []
+        for _ in range(spec["iterations"]):
+            start = time.perf_counter()
+            trainer.run_iteration()
+            times.append(time.perf_counter() - start)
+    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+    print("RESULT " + json.dumps({"seconds": statistics.median(times), "times": times, "peak_gb": peak_gb}))
+
+
+def run(name: str, config: dict, iterations: int) -> dict:
+    spec = json.dumps({"config": config, "iterations": iterations})
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", spec], capture_output=True, text=True, env=None, check=False
+    )
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    if line is None:
+        raise RuntimeError(f"{name} failed:\n{proc.stderr[-3000:]}")
+    result = json.loads(line[len("RESULT ") :])
+    print(f"{name:10s} {result['seconds']:7.2f} s/iteration   peak {result['peak_gb']:5.2f} GB   "
+          f"({', '.join(f'{t:.1f}' for t in result['times'])})", flush=True)  # fmt: skip
+    return result
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batch-size", type=int, default=8, help="conversations per iteration")
+    p.add_argument("--mini-batch-size", type=int, default=8, help="conversations per gradient step")
+    p.add_argument("--new-tokens", type=int, default=10, help="tokens per response (fixed)")
+    p.add_argument("--ppo-epochs", type=int, default=4, help="PPO epochs")
+    p.add_argument("--kl-estimator", default="full", help="KL estimator of the penalty")
+    p.add_argument("--iterations", type=int, default=3, help="measured iterations per configuration")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    p.add_argument("--no-lora", action="store_true", help="skip the LoRA configurations")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        return child(json.loads(args.child))
+
+    common = dict(
+        batch_size=args.batch_size, mini_batch_size=args.mini_batch_size, ppo_epochs=args.ppo_epochs,
+        min_new_tokens=args.new_tokens, max_new_tokens=args.new_tokens, kl_estimator=args.kl_estimator,
+        review_source="rotten_tomatoes", bf16=args.bf16, checkpoint_every=10**6,
+    )  # fmt: skip
+    print(f"settings: {json.dumps(common)}")
+    results = {}
+    for algo in ("ppo", "cory"):
+        results[algo] = run(algo, dict(common, algo=algo), args.iterations)
+    if not args.no_lora:
+        for algo in ("ppo", "cory"):
+            results[f"{algo}+lora"] = run(f"{algo}+lora", dict(common, algo=algo, lora=True), args.iterations)
+
+    t = {k: v["seconds"] for k, v in results.items()}
+    m = {k: v["peak_gb"] for k, v in results.items()}
+    print()
+    print(f"CORY / PPO time (full fine-tuning):        {t['cory'] / t['ppo']:.2f}x  (target <= 2.2x)")
+    print(f"CORY vs the authors' CORY time:            {t['cory'] / AUTHORS['cory'][0]:.0%}  (target <= 40%)")
+    print(f"CORY peak memory vs the authors' 6.0 GB:   {m['cory']:.2f} GB")
+    print(f"PPO vs the authors' PPO:                   {t['ppo']:.1f} s vs 15.3 s, {m['ppo']:.2f} GB vs 3.7 GB")
+    if not args.no_lora:
+        print(f"CORY / PPO time (LoRA shared base):        {t['cory+lora'] / t['ppo+lora']:.2f}x")
+        print(f"CORY+LoRA peak / PPO+LoRA peak:            {m['cory+lora'] / m['ppo+lora']:.2f}x  (target <= 1.3x)")
+        print(f"CORY+LoRA peak / PPO (full) peak:          {m['cory+lora'] / m['ppo']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
