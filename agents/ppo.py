@@ -121,7 +121,7 @@ class PPOLearner:
         model: the trainable :class:`CausalLMWithValueHead`.
         reference: the frozen reference causal LM (may be shared between learners).
         config: :class:`PPOConfig`.
-        generator: ``torch.Generator`` for sampling tokens and shuffling minibatches.
+        seed: seeds this learner's token sampling (on the model's device) and minibatch shuffling.
         sampling: keyword arguments for :class:`LMActor` (do_sample, temperature, top_k, top_p).
     """
 
@@ -130,14 +130,15 @@ class PPOLearner:
         model: CausalLMWithValueHead,
         reference: torch.nn.Module,
         config: PPOConfig,
-        generator: torch.Generator | None = None,
+        seed: int = 0,
         sampling: dict[str, Any] | None = None,
     ):
         self.model = model
         self.reference = reference.eval()  # frozen by whoever built it (it may share weights)
         self.config = config
-        self.generator = generator or torch.Generator().manual_seed(0)
-        self.actor = LMActor(model.lm, generator=self.generator, bf16=config.bf16, **(sampling or {}))
+        self.generator = torch.Generator().manual_seed(seed)  # minibatch shuffling, on the CPU
+        self.sampling_generator = torch.Generator(self.device).manual_seed(seed)
+        self.actor = LMActor(model.lm, generator=self.sampling_generator, bf16=config.bf16, **(sampling or {}))
         self.optimizer = torch.optim.AdamW(
             model.trainable_parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
         )
@@ -272,6 +273,7 @@ class PPOLearner:
             "kl_ctl": self.kl_ctl.state_dict(),
             "score_moments": self.score_moments.state_dict(),
             "generator": self.generator.get_state(),
+            "sampling_generator": self.sampling_generator.get_state(),
             "config": asdict(self.config),
         }
 
@@ -281,3 +283,4 @@ class PPOLearner:
         self.kl_ctl.load_state_dict(state["kl_ctl"])
         self.score_moments.load_state_dict(state["score_moments"])
         self.generator.set_state(state["generator"])
+        self.sampling_generator.set_state(state["sampling_generator"])

@@ -200,8 +200,8 @@ class Trainer:
         sampling = dict(do_sample=True, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)
         self.learners: dict[str, PPOLearner] = {}
         for i, name in enumerate(names):
-            generator = torch.Generator().manual_seed(config.seed * 1000 + i)
-            self.learners[name] = PPOLearner(policies[name], reference, config.ppo_config(), generator, sampling)
+            seed = config.seed * 1000 + i
+            self.learners[name] = PPOLearner(policies[name], reference, config.ppo_config(), seed, sampling)
 
         base = env(
             tokenizer=tokenizer,

