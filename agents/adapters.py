@@ -47,7 +47,8 @@ class AdapterView(nn.Module):
         if self.adapter is None:
             with self.peft_model.disable_adapter():
                 return self.peft_model(**kwargs)
-        self.peft_model.set_adapter(self.adapter)  # also makes its weights (only) trainable
+        if self.peft_model.active_adapter != self.adapter:  # switching walks every LoRA layer
+            self.peft_model.set_adapter(self.adapter)  # also makes its weights (only) trainable
         return self.peft_model(**kwargs)
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:

@@ -65,7 +65,7 @@ def model_path(folder: Path) -> str:
 
 
 @torch.no_grad()
-def greedy_matches_generate(model, tokenizer) -> bool:
+def greedy_matches_generate(model, tokenizer, device: str) -> bool:
     game = env(tokenizer=tokenizer, prompts=sentiment_prompts(tokenizer, source="rotten_tomatoes"),
                reward_fn=lambda q, r, **_: [0.0] * len(r), num_conversations=8, max_new_tokens=12, stop_token_ids=[])
     actor = LMActor(model, do_sample=False)
@@ -74,43 +74,46 @@ def greedy_matches_generate(model, tokenizer) -> bool:
         obs, _, term, _, _ = game.last()
         game.step(None if term else actor.act(agent, obs))
     raw = game.unwrapped
-    enc = tokenizer(raw.queries, return_tensors="pt", padding=True, padding_side="left").to("cuda")
+    enc = tokenizer(raw.queries, return_tensors="pt", padding=True, padding_side="left").to(device)
     out = model.generate(**enc, max_new_tokens=12, min_new_tokens=12, do_sample=False, pad_token_id=tokenizer.pad_token_id)
     expected = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     return raw.responses["pioneer"] == expected
 
 
 @torch.no_grad()
-def rollout_ratio(model, tokenizer, batch: int = 16, new_tokens: int = 15) -> dict:
+def rollout_ratio(model, tokenizer, device: str, batch: int = 16, new_tokens: int = 15) -> dict:
     game = env(tokenizer=tokenizer, prompts=sentiment_prompts(tokenizer, source="rotten_tomatoes"),
                reward_fn=lambda q, r, **_: [0.0] * len(r), num_conversations=batch, max_new_tokens=new_tokens,
                stop_token_ids=[], with_observer=False)  # fmt: skip
-    actor = LMActor(model, do_sample=True, generator=torch.Generator("cuda").manual_seed(0))
+    actor = LMActor(model, do_sample=True, generator=torch.Generator(device).manual_seed(0))
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     env_t, gen_t = [], []
     for seed in range(4):
-        torch.cuda.synchronize()
+        sync()
         start = time.perf_counter()
         game.reset(seed=seed)
         for agent in game.agent_iter():
             obs, _, term, _, _ = game.last()
             game.step(None if term else actor.act(agent, obs))
-        torch.cuda.synchronize()
+        sync()
         env_t.append(time.perf_counter() - start)
-        enc = tokenizer(game.unwrapped.queries, return_tensors="pt", padding=True, padding_side="left").to("cuda")
+        enc = tokenizer(game.unwrapped.queries, return_tensors="pt", padding=True, padding_side="left").to(device)
         start = time.perf_counter()
         model.generate(**enc, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=True, top_k=0,
                        pad_token_id=tokenizer.pad_token_id)  # fmt: skip
-        torch.cuda.synchronize()
+        sync()
         gen_t.append(time.perf_counter() - start)
     e, g = float(np.median(env_t[1:])), float(np.median(gen_t[1:]))
     tokens = batch * new_tokens
     return {"env_tokens_per_s": tokens / e, "generate_tokens_per_s": tokens / g, "ratio": g / e}
 
 
-def train_iterations(model: str, algo: str, lora: bool, bf16: bool, batch: int) -> dict:
-    torch.cuda.reset_peak_memory_stats()
+def train_iterations(model: str, algo: str, lora: bool, bf16: bool, batch: int, device: str) -> dict:
+    cuda = device == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     with tempfile.TemporaryDirectory() as out:
-        config = TrainConfig(algo=algo, model=model, lora=lora, bf16=bf16, device="cuda", batch_size=batch,
+        config = TrainConfig(algo=algo, model=model, lora=lora, bf16=bf16, device=device, batch_size=batch,
                              mini_batch_size=batch // 4, ppo_epochs=4, min_new_tokens=10, max_new_tokens=10,
                              kl_estimator="full", review_source="rotten_tomatoes", out=out, tensorboard=False,
                              checkpoint_every=10**6)  # fmt: skip
@@ -118,13 +121,13 @@ def train_iterations(model: str, algo: str, lora: bool, bf16: bool, batch: int) 
         trainer.run_iteration()
         times, last = [], {}
         for _ in range(3):
-            torch.cuda.synchronize()
             start = time.perf_counter()
             last, _ = trainer.run_iteration()
-            torch.cuda.synchronize()
+            if cuda:
+                torch.cuda.synchronize()
             times.append(time.perf_counter() - start)
     finite = all(np.isfinite(v) for v in last.values())
-    return {"seconds": float(np.median(times)), "peak_gb": torch.cuda.max_memory_allocated() / 1024**3,
+    return {"seconds": float(np.median(times)), "peak_gb": torch.cuda.max_memory_allocated() / 1024**3 if cuda else None,
             "metrics_finite": finite, "tokens_per_s": last["tokens_per_s"]}  # fmt: skip
 
 
@@ -132,25 +135,26 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="cuda_check.json", help="where to write the results")
     p.add_argument("--batch-size", type=int, default=64, help="conversations per training iteration")
+    p.add_argument("--device", default="cuda", help="cuda (cpu only to check the script itself)")
     args = p.parse_args()
-    assert torch.cuda.is_available(), "no CUDA device"
-    results: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    dev = args.device
+    results: dict = {"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu", "torch": torch.__version__}
     with tempfile.TemporaryDirectory() as folder:
         name = model_path(Path(folder))
         results["model"] = name if name == "smollm2-135m" else "SmolLM2-135M architecture, random weights, GPT-2 tokenizer"
         from cory_env.models import load_causal_lm, load_tokenizer
 
         tokenizer = load_tokenizer(name)
-        model = load_causal_lm(name, device="cuda").eval()
-        results["greedy_env_equals_generate"] = greedy_matches_generate(model, tokenizer)
+        model = load_causal_lm(name, device=dev).eval()
+        results["greedy_env_equals_generate"] = greedy_matches_generate(model, tokenizer, dev)
         print(json.dumps(results), flush=True)
-        results["rollout_b16"] = rollout_ratio(model, tokenizer)
+        results["rollout_b16"] = rollout_ratio(model, tokenizer, dev)
         print(json.dumps(results["rollout_b16"]), flush=True)
         del model
         for algo in ("ppo", "cory"):
             for lora in (False, True):
                 key = f"{algo}{'+lora' if lora else ''}_bf16_b{args.batch_size}"
-                results[key] = train_iterations(name, algo, lora, True, args.batch_size)
+                results[key] = train_iterations(name, algo, lora, True, args.batch_size, dev)
                 print(key, json.dumps(results[key]), flush=True)
     Path(args.out).write_text(json.dumps(results, indent=2))
 
