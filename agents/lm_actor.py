@@ -99,8 +99,11 @@ class LMActor:
     def step(self, agent: str, observation: dict[str, np.ndarray]) -> StepOutput:
         """One incremental forward pass, then pick the next tokens."""
         logits = self.next_token_logits(agent, observation)
-        input_ids = torch.tensor(np.atleast_2d(observation["input_ids"]), device=logits.device)
-        scores = self.logits_processor(input_ids, logits)
+        if self.logits_processor:
+            input_ids = torch.tensor(np.atleast_2d(observation["input_ids"]), device=logits.device)
+            scores = self.logits_processor(input_ids, logits)
+        else:  # the paper's setting (temperature 1, no top-k/top-p): skip copying the whole context
+            scores = logits
         if self.do_sample:
             probs = torch.softmax(scores, dim=-1)
             tokens = torch.multinomial(probs, 1, generator=self.generator).squeeze(1)

@@ -1,0 +1,204 @@
+"""Rollout throughput: environment + LMActor against ``model.generate``.
+
+Both sides run in the same process, interleaved episode by episode (the machine is
+shared and noisy), with the same model, batch, prompts, response length and sampling
+(``do_sample=True, top_k=0, top_p=1.0, temperature=1.0``, the paper's setting):
+
+* environment: one whole batched episode of ``cory_env.env`` (pioneer turn, then the
+  observer turn) played by one :class:`agents.lm_actor.LMActor` serving both agents.
+  The timer covers everything a rollout pays: ``reset()`` (prompt sampling,
+  tokenization), ``last()``/``observe``, every ``act()`` (one incremental forward per
+  token step, KV cache per agent), ``step()``, the turn ends (decoding, the observer's
+  prompt, the reward) and the final dead steps;
+* generate: two ``model.generate`` calls, one on the pioneer's prompts and one on the
+  observer's prompts *that the environment built in that episode* (its ``context``
+  infos), each timed with its tokenization and the decoding of its responses.
+
+The environment has no pioneer-only mode, so one full episode (two turns) is compared
+with two generate calls: both produce ``2 * B * max_new_tokens`` new tokens from the
+same prompts. Every response runs to exactly ``max_new_tokens`` on both sides: the
+environment gets ``stop_token_ids=[]`` and generate an ``eos_token_id`` outside the
+vocabulary (so it can never be sampled and the sampling distribution is the same as
+the environment's, unlike ``min_new_tokens`` which masks EOS); both are checked.
+The reward is the response length in characters, so reward time does not matter;
+the decoding + reward cost per episode is measured and printed separately.
+
+Throughput is new tokens per second; each side's figure is the median over rounds, the
+ratio the median of the rounds' ratios. Target: environment / generate >= 0.9 at B=16.
+Torch threads are left at the default. On a shared machine other processes' threads
+slow torch's CPU kernels many times over (the threads of an OpenMP team wait for each
+other), so the script prints how busy the other processes kept the CPUs during the
+rounds and warns when they were: such a run's figures mean little.
+
+    python benchmarks/rollout.py --batch-size 16 --max-new-tokens 15 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+import torch
+
+from agents.lm_actor import LMActor
+from cory_env import env
+from cory_env.models import EMBEDDED_MODEL, load_causal_lm, load_tokenizer
+from cory_env.tasks.sentiment import sentiment_prompts
+
+SAMPLING = dict(do_sample=True, top_k=0, top_p=1.0, temperature=1.0)
+
+
+def length_reward(queries, responses, **_):
+    return [float(len(r)) for r in responses]
+
+
+def env_episode(game, actor: LMActor, seed: int) -> tuple[float, float, int, list[str], list[str]]:
+    """One timed episode: (seconds, seconds inside act(), new tokens, pioneer prompts, observer prompts)."""
+    act_s, infos = 0.0, {}
+    start = time.perf_counter()
+    game.reset(seed=seed)
+    for agent in game.agent_iter():
+        obs, reward, term, trunc, info = game.last()
+        if term:
+            infos[agent] = info
+            game.step(None)
+        else:
+            t0 = time.perf_counter()
+            action = actor.act(agent, obs)
+            act_s += time.perf_counter() - t0
+            game.step(action)
+    seconds = time.perf_counter() - start
+    T = game.unwrapped.max_new_tokens
+    lengths = np.concatenate([infos["pioneer"]["response_length"], infos["observer"]["response_length"]])
+    if not np.all(lengths == T):
+        raise AssertionError(f"environment responses are not all {T} tokens long: {lengths}")
+    return seconds, act_s, int(lengths.sum()), infos["pioneer"]["context"], infos["observer"]["context"]
+
+
+def generate_pair(model, tokenizer, prompt_sets: list[list[str]], max_new_tokens: int) -> tuple[float, int]:
+    """Timed generate calls, one per prompt set: (seconds, new tokens)."""
+    never = len(tokenizer) + 1000  # an EOS id the model cannot produce: rows never stop early
+    device = next(model.parameters()).device
+    tokens, start = 0, time.perf_counter()
+    for texts in prompt_sets:
+        enc = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left").to(device)
+        out = model.generate(
+            **enc,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=never,
+            pad_token_id=tokenizer.pad_token_id,
+            **SAMPLING,
+        )
+        new = out[:, enc["input_ids"].shape[1] :]
+        if new.shape != (len(texts), max_new_tokens):
+            expected = (len(texts), max_new_tokens)
+            raise AssertionError(f"generate produced {tuple(new.shape)} new tokens, expected {expected}")
+        tokenizer.batch_decode(new.tolist(), skip_special_tokens=True)  # .tolist() waits for the device
+        tokens += new.numel()
+    return time.perf_counter() - start, tokens
+
+
+def decode_and_reward_seconds(game, repeats: int = 20) -> float:
+    """What the environment's two turn ends spend decoding responses and scoring them, per episode."""
+    raw = game.unwrapped
+    L, T = raw.context_length, raw.max_new_tokens
+    # The last episode's response tokens, from the environment's buffers (a benchmark may peek).
+    rows = [raw._turns[a].tokens[:, L : L + T] for a in ("pioneer", "observer")]
+    start = time.perf_counter()
+    for _ in range(repeats):
+        for ids in rows:
+            responses = raw.tokenizer.batch_decode(ids.tolist(), skip_special_tokens=True)
+            length_reward(raw.queries, responses)
+    return (time.perf_counter() - start) / repeats
+
+
+def other_processes_cpu_seconds() -> float | None:
+    """CPU seconds the whole machine has been busy, minus this process's (Linux; else None)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    machine = (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    own = os.times()
+    return machine - (own.user + own.system)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batch-size", type=int, default=16, help="conversations in lockstep (B); generate batch size")
+    p.add_argument("--max-new-tokens", type=int, default=15, help="tokens per response (every response runs to it)")
+    p.add_argument("--rounds", type=int, default=3, help="measurement rounds; the median round is reported")
+    p.add_argument("--episodes", type=int, default=4, help="episodes (and generate pairs) per round, interleaved")
+    p.add_argument("--model", default=EMBEDDED_MODEL, help="model name or path (default: the embedded SmolLM2-135M)")
+    p.add_argument("--seed", type=int, default=0, help="seed for prompts and sampling")
+    p.add_argument("--device", default="cpu", help="torch device of the model (e.g. cuda)")
+    args = p.parse_args()
+
+    torch.manual_seed(args.seed)
+    tokenizer = load_tokenizer(args.model)
+    model = load_causal_lm(args.model, device=args.device).eval()
+    game = env(
+        tokenizer=tokenizer,
+        prompts=sentiment_prompts(tokenizer, source="rotten_tomatoes"),
+        reward_fn=length_reward,
+        num_conversations=args.batch_size,
+        max_new_tokens=args.max_new_tokens,
+        stop_token_ids=[],  # every turn runs to max_new_tokens, as generate does below
+    )
+    actor = LMActor(model, **SAMPLING)
+
+    # Warm up both paths (allocator, lazy imports, first-call compilation of kernels).
+    _, _, _, pio, obs = env_episode(game, actor, seed=args.seed)
+    generate_pair(model, tokenizer, [pio, obs], args.max_new_tokens)
+
+    env_rates, gen_rates, outside = [], [], []
+    busy_before, wall_before = other_processes_cpu_seconds(), time.perf_counter()
+    episode, steps_per_episode = 1, 2 * args.max_new_tokens
+    for r in range(args.rounds):
+        env_s = act_s = gen_s = 0.0
+        env_tokens = gen_tokens = 0
+        for _ in range(args.episodes):
+            s, a, n, pio, obs = env_episode(game, actor, seed=args.seed + episode)
+            env_s, act_s, env_tokens = env_s + s, act_s + a, env_tokens + n
+            s, n = generate_pair(model, tokenizer, [pio, obs], args.max_new_tokens)
+            gen_s, gen_tokens = gen_s + s, gen_tokens + n
+            episode += 1
+        env_rates.append(env_tokens / env_s)
+        gen_rates.append(gen_tokens / gen_s)
+        outside.append((env_s - act_s) / (args.episodes * steps_per_episode))
+        print(
+            f"round {r}: env {env_rates[-1]:8.1f} tok/s   generate {gen_rates[-1]:8.1f} tok/s   "
+            f"ratio {env_rates[-1] / gen_rates[-1]:.3f}"
+        )
+
+    env_rate, gen_rate = statistics.median(env_rates), statistics.median(gen_rates)
+    # Paired: each round's two rates were measured side by side, so their ratio cancels
+    # slow drifts in the machine's speed better than a ratio of the two medians.
+    ratio = statistics.median(e / g for e, g in zip(env_rates, gen_rates))
+    per_episode = 2 * args.batch_size * args.max_new_tokens
+    print(
+        f"\nmodel={args.model}, device={args.device}, B={args.batch_size}, max_new_tokens={args.max_new_tokens}, "
+        f"torch threads={torch.get_num_threads()}, {args.rounds} rounds x {args.episodes} episodes"
+    )
+    print(f"environment + LMActor: {env_rate:8.1f} new tokens/s  ({per_episode} per episode: 2 turns)")
+    print(f"model.generate (x2):   {gen_rate:8.1f} new tokens/s")
+    print(f"ratio env / generate:  {ratio:.3f}  (median of the rounds' ratios; target >= 0.9: "
+          f"{'met' if ratio >= 0.9 else 'NOT met'})")
+    print(f"outside act():         {statistics.median(outside) * 1e6:.0f} us per token step "
+          f"(environment, reset and turn ends, amortised)")
+    print(f"decode + reward:       {decode_and_reward_seconds(game) * 1e3:.2f} ms per episode (both turns)")
+    busy_after, wall = other_processes_cpu_seconds(), time.perf_counter() - wall_before
+    if busy_before is not None and busy_after is not None:
+        others = (busy_after - busy_before) / wall
+        print(f"other processes:       {others:.2f} CPUs busy on average during the rounds ({os.cpu_count()} CPUs)")
+        if others > 0.1:
+            print("warning: other processes were running; their threads slow torch's CPU kernels many times over")
+
+
+if __name__ == "__main__":
+    main()
