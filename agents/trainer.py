@@ -350,7 +350,7 @@ def _target_modules(spec: str) -> str | list[str]:
 
 def _postfix(metrics: dict[str, float]) -> dict[str, str]:
     shown = {}
-    for key, value in metrics.items():
+    for key, value in sorted(metrics.items()):  # stable order: learners swap roles, not places
         learner, _, name = key.rpartition("/")
         if name in ("task_reward_mean", "kl"):
             shown[f"{learner}.{'R' if name.startswith('task') else 'KL'}"] = f"{value:.3f}"
