@@ -179,3 +179,16 @@ def test_lora_shared_base_learns_and_keeps_one_copy_of_the_weights(toy_model, tm
     saved = load_checkpoint(tmp_path / "checkpoints" / "iter_000015.pt")["learners"]["llm_0"]["model"]
     assert saved and all("lora_" in n or "v_head" in n for n in saved)
     assert not any(".llm_1." in n for n in saved)
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_gradient_checkpointing_gives_the_same_updates(toy_model, tmp_path, lora):
+    runs = []
+    for checkpointing in (False, True):
+        config = toy_config(toy_model, tmp_path / str(checkpointing), algo="cory", iterations=2, lora=lora,
+                            gradient_checkpointing=checkpointing)  # fmt: skip
+        trainer = Trainer(config, prompts=PROMPTS, reward_fn=fraction_good)
+        runs.append([trainer.run_iteration()[0] for _ in range(2)])
+    for plain, checkpointed in zip(*runs):
+        for key in ("llm_0/policy_loss", "llm_1/value_loss", "llm_1/kl", "llm_0/task_reward_mean"):
+            assert checkpointed[key] == pytest.approx(plain[key], rel=1e-4, abs=1e-6), key
