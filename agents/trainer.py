@@ -96,7 +96,7 @@ class TrainConfig:
     lora_alpha: int = _f(32, "LoRA alpha")
     lora_target_modules: str = _f("all-linear", "modules that get adapters: all-linear, or comma-separated names (e.g. q_proj,v_proj,lm_head)")
     bf16: bool = _f(False, "bfloat16 autocast for forward passes (float32 weights and optimizer)")
-    gradient_checkpointing: bool = _f(False, "recompute activations in the backward pass: less memory, about 30% more time")
+    gradient_checkpointing: bool = _f(False, "recompute activations in the backward pass: less memory, more time")
     load_in_4bit: bool = _f(False, "CUDA only, with --lora: load the base in 4 bits (bitsandbytes NF4), as the paper's GSM8K runs")
     device: str = _f("auto", "cpu, cuda, or auto")
     preset: str = _f("", "paper-imdb: the paper's IMDB settings (GPT2-Large, distilbert-imdb, batch 256, 100 iterations)", choices=["", "paper-imdb"])
