@@ -90,6 +90,7 @@ values or non-finite values raises :class:`~cory_env.rewards.RewardFunctionError
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -235,8 +236,8 @@ class PioneerObserverEnv(AECEnv):
             else gymnasium.spaces.Discrete(vocab_size)
         )
         # Same objects every call, one per agent (they are seeded independently).
-        self._observation_spaces = {a: obs if a == PIONEER else _copy_space(obs) for a in ROLES}
-        self._action_spaces = {a: act if a == PIONEER else _copy_space(act) for a in ROLES}
+        self._observation_spaces = {a: obs if a == PIONEER else copy.deepcopy(obs) for a in ROLES}
+        self._action_spaces = {a: act if a == PIONEER else copy.deepcopy(act) for a in ROLES}
         self._role_arrays = {a: _frozen(np.array([i], dtype=np.int64)) for i, a in enumerate(ROLES)}
         empty = _frozen(np.full((B, L), self.pad_token_id, dtype=np.int64))
         self._empty_context = (empty, _frozen(np.zeros((B, L), dtype=np.int64)))
@@ -497,12 +498,6 @@ def _pad_token_id(tokenizer: Any) -> int:
 def _metadata(prompts: list[Prompt]) -> dict[str, list[Any]]:
     keys = sorted({k for p in prompts for k in p.metadata})
     return {k: [p.metadata.get(k) for p in prompts] for k in keys}
-
-
-def _copy_space(space: gymnasium.spaces.Space) -> gymnasium.spaces.Space:
-    import copy
-
-    return copy.deepcopy(space)
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
