@@ -57,3 +57,16 @@ def test_batched_greedy_episode_with_the_embedded_model(embedded_tokenizer, embe
         out = embedded_model.generate(**enc, max_new_tokens=8, do_sample=False)
     expected = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     assert raw.responses["pioneer"] == expected
+
+
+def test_registered_environment_defaults_to_the_embedded_sentiment_task(embedded_tokenizer):
+    import pettingzoo
+
+    import cory_env
+
+    game = pettingzoo.make("aec", cory_env.ENV_ID, num_conversations=2, max_new_tokens=2)
+    game.reset(seed=0)
+    raw = game.unwrapped
+    assert raw.vocab_size == len(embedded_tokenizer) == 49152
+    assert all(2 <= len(embedded_tokenizer(q)["input_ids"]) <= 9 for q in raw.queries)  # review prefixes
+    assert raw.reward_fn.__name__ == "vader_sentiment"
