@@ -152,6 +152,7 @@ class PPOLearner:
             else FixedKLController(config.init_kl_coef)
         )
         self.score_moments = RunningMoments()
+        self.model.eval()
 
     @property
     def device(self) -> torch.device:
@@ -161,7 +162,7 @@ class PPOLearner:
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.config.bf16)
 
     def act(self, agent: str, observation: dict[str, np.ndarray]) -> np.ndarray | int:
-        self.model.eval()
+        # The model is in eval mode outside learn(): no per-token mode switch on this hot path.
         return self.actor.act(agent, observation)
 
     # ------------------------------------------------------------------ scoring
@@ -252,6 +253,7 @@ class PPOLearner:
         if step_in_accumulation % c.gradient_accumulation_steps:  # a partial accumulation left over
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
+        self.model.eval()  # back to acting
 
         # The paper's KL: per-token KL summed over the response, batch mean.
         kl_sum = float(s["kl_exact"].sum(-1).mean())

@@ -269,6 +269,7 @@ class PioneerObserverEnv(AECEnv):
         if len(self.prompts) != B:
             raise ValueError(f"prompt source returned {len(self.prompts)} prompts for {B} conversations")
         self.queries = [p.query for p in self.prompts]
+        self._metadata = _metadata(self.prompts)  # reward-function keyword lists, once per episode
         self.task_rewards: dict[str, np.ndarray] = {}
         self.responses: dict[str, list[str]] = {}
         self._turns: dict[str, _Turn] = {}
@@ -410,8 +411,7 @@ class PioneerObserverEnv(AECEnv):
         L, n = self.context_length, turn.response_length
         response_ids = [turn.tokens[b, L : L + n[b]].tolist() for b in range(self.num_conversations)]
         responses = self.tokenizer.batch_decode(response_ids, skip_special_tokens=True)
-        metadata = _metadata(self.prompts)
-        scores = score_responses(self.reward_fn, self.queries, responses, metadata)
+        scores = score_responses(self.reward_fn, self.queries, responses, self._metadata)
         self.responses[agent] = responses
         self.task_rewards[agent] = scores
         self.infos[agent].update(
