@@ -1,11 +1,13 @@
 """cory-env: LLM fine-tuning with cooperative multi-agent RL (CORY) as a PettingZoo environment.
 
-    >>> import cory_env, pettingzoo
+    >>> import cory_env, gymnasium, pettingzoo
     >>> e = pettingzoo.make("aec", "cory/PioneerObserver-v0", num_conversations=8)  # doctest: +SKIP
+    >>> g = gymnasium.make("cory/PioneerObserverRole-v0", role="pioneer")  # doctest: +SKIP
 
 See :mod:`cory_env.pioneer_observer` for the environment's documentation.
 """
 
+import gymnasium
 import pettingzoo
 
 from cory_env.pioneer_observer import (
@@ -14,14 +16,18 @@ from cory_env.pioneer_observer import (
     PioneerObserverEnv,
     PromptTooLongError,
     env,
+    parallel_env,
     raw_env,
 )
 from cory_env.prompts import Prompt, PromptSource, as_prompt_source
 from cory_env.rewards import RewardFunctionError
+from cory_env.single_agent import ROLE_ENV_ID, RoleEnv
 from cory_env.wrappers import CollectiveRewardWrapper, RoleExchangeWrapper
 
 ENV_ID = "cory/PioneerObserver-v0"
 pettingzoo.register("aec", ENV_ID, entry_point="cory_env.pioneer_observer:env")
+# One role as a single-agent Gymnasium environment (cory_env.single_agent).
+gymnasium.register(ROLE_ENV_ID, entry_point="cory_env.single_agent:RoleEnv")
 
 __version__ = "0.1.0"
 __all__ = [
@@ -33,9 +39,12 @@ __all__ = [
     "Prompt",
     "PromptSource",
     "PromptTooLongError",
+    "ROLE_ENV_ID",
     "RewardFunctionError",
+    "RoleEnv",
     "RoleExchangeWrapper",
     "as_prompt_source",
     "env",
+    "parallel_env",
     "raw_env",
 ]

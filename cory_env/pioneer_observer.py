@@ -4,6 +4,7 @@ Text generation as a sequential two-agent game (CORY, Ma et al., NeurIPS 2024).
 
 | Import               | `from cory_env import env` or `pettingzoo.make("aec", "cory/PioneerObserver-v0")` |
 |----------------------|-----------------------------------------------------------------------------------|
+| Parallel API         | `cory_env.parallel_env(...)` (PettingZoo's `turn_based_aec_to_parallel`)            |
 | Actions              | Discrete (one token id); MultiDiscrete (one per conversation) in the batched form |
 | Agents               | `agents = ["pioneer", "observer"]`                                                |
 | Action shape         | `()`, or `(B,)` with `num_conversations=B`                                          |
@@ -98,8 +99,8 @@ from typing import Any
 import gymnasium
 import numpy as np
 from gymnasium.utils import seeding
-from pettingzoo import AECEnv
-from pettingzoo.utils import AgentSelector, wrappers
+from pettingzoo import AECEnv, ParallelEnv
+from pettingzoo.utils import AgentSelector, conversions, wrappers
 
 from cory_env.prompts import Prompt, PromptSource, as_prompt_source
 from cory_env.rewards.base import RewardFunction, score_responses
@@ -508,6 +509,17 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 def env(**kwargs: Any) -> AECEnv:
     """The environment with PettingZoo's order-enforcing wrapper (the usual entry point)."""
     return wrappers.OrderEnforcingWrapper(PioneerObserverEnv(**kwargs))
+
+
+def parallel_env(**kwargs: Any) -> ParallelEnv:
+    """The environment through PettingZoo's parallel API.
+
+    ``turn_based_aec_to_parallel(env(**kwargs))``: both agents are live for the whole
+    episode, but each ``step`` uses only the action of the agent whose turn it is
+    (``infos[agent]["active_agent"]`` after a step; the pioneer acts first). To add
+    wrappers, wrap the AEC environment and convert it yourself (docs/other-algorithms.md).
+    """
+    return conversions.turn_based_aec_to_parallel(env(**kwargs))
 
 
 raw_env = PioneerObserverEnv

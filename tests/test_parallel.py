@@ -1,0 +1,114 @@
+"""PettingZoo's parallel API over the pioneer/observer game (turn_based_aec_to_parallel)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pettingzoo.test import parallel_api_test, parallel_seed_test
+from pettingzoo.utils.conversions import turn_based_aec_to_parallel
+
+import cory_env
+from cory_env import CollectiveRewardWrapper, RoleExchangeWrapper
+
+from .conftest import PROMPTS, length_reward
+
+FORMS = [None, 3]  # single form, batched form with 3 conversations
+WRAPS = {
+    "plain": lambda e: e,
+    "collective": CollectiveRewardWrapper,
+    "role_exchange": lambda e: RoleExchangeWrapper(e, period=1),
+    "both": lambda e: RoleExchangeWrapper(CollectiveRewardWrapper(e), period=1),
+}
+
+
+@pytest.mark.parametrize("wrap", WRAPS)
+@pytest.mark.parametrize("B", FORMS)
+def test_parallel_api(make_env, B, wrap):
+    parallel_api_test(turn_based_aec_to_parallel(WRAPS[wrap](make_env(B))), num_cycles=100)
+
+
+@pytest.mark.parametrize("B", FORMS)
+def test_parallel_api_pioneer_alone(make_env, B):
+    par = turn_based_aec_to_parallel(make_env(B, with_observer=False))
+    parallel_api_test(par, num_cycles=100)
+    assert par.possible_agents == ["pioneer"]
+
+
+@pytest.mark.parametrize("B", FORMS)
+def test_parallel_seed(make_env, B):
+    parallel_seed_test(lambda: turn_based_aec_to_parallel(make_env(B)), num_cycles=100)
+
+
+def test_parallel_env_factory(gpt2_tokenizer):
+    par = cory_env.parallel_env(tokenizer=gpt2_tokenizer, prompts=PROMPTS, reward_fn=length_reward, context_length=64)
+    observations, infos = par.reset(seed=0)
+    assert par.agents == ["pioneer", "observer"]
+    assert isinstance(par.unwrapped, cory_env.PioneerObserverEnv)
+    assert observations["pioneer"]["num_new_tokens"][0] > 0 and observations["observer"]["num_new_tokens"][0] == 0
+
+
+def token_table(agents, B, vocab, eos, max_steps=8, seed=0):
+    """Each agent's k-th token (or B tokens), with stop tokens sprinkled in."""
+    rng = np.random.default_rng(seed)
+    shape = (max_steps,) if B is None else (max_steps, B)
+    table = {}
+    for agent in agents:
+        t = rng.integers(0, vocab, size=shape)
+        t[rng.random(shape) < 0.15] = eos
+        table[agent] = t
+    return table
+
+
+def play_aec(env, table, seed):
+    env.reset(seed=seed)
+    turns = dict.fromkeys(env.possible_agents, 0)
+    final = {}
+    for agent in env.agent_iter():
+        obs, reward, term, trunc, info = env.last()
+        if term or trunc:
+            final[agent] = (reward, info)
+            env.step(None)
+        else:
+            env.step(table[agent][turns[agent]])
+            turns[agent] += 1
+    return final, turns
+
+
+def play_parallel(par, table, seed):
+    observations, infos = par.reset(seed=seed)
+    # Nobody has acted yet, so infos carry no "active_agent": whoever plays the pioneer starts.
+    active = next(a for a in par.agents if infos[a]["role"] == "pioneer")
+    turns = dict.fromkeys(par.possible_agents, 0)
+    totals = dict.fromkeys(par.possible_agents, 0.0)
+    last_infos = {}
+    while par.agents:
+        # Every live agent sends an action; only the active agent's is used.
+        actions = {a: table[a][turns[a]] for a in par.agents}
+        turns[active] += 1
+        observations, rewards, terms, truncs, infos = par.step(actions)
+        for a, r in rewards.items():
+            totals[a] += r
+        last_infos.update(infos)
+        if par.agents:
+            active = infos[par.agents[0]]["active_agent"]
+            assert all(infos[a]["active_agent"] == active for a in par.agents)
+    return totals, last_infos, turns
+
+
+@pytest.mark.parametrize("wrap", WRAPS)
+@pytest.mark.parametrize("B", FORMS)
+def test_parallel_episode_matches_aec_episode(make_env, gpt2_tokenizer, B, wrap):
+    make = lambda: WRAPS[wrap](make_env(B, max_new_tokens=(3, 6)))  # noqa: E731
+    aec, par = make(), turn_based_aec_to_parallel(make())
+    for seed in range(4):
+        table = token_table(aec.possible_agents, B, 2000, gpt2_tokenizer.eos_token_id, seed=seed)
+        final, aec_turns = play_aec(aec, table, seed)
+        totals, infos, par_turns = play_parallel(par, table, seed)
+        assert par_turns == aec_turns
+        for agent, (reward, info) in final.items():
+            assert totals[agent] == pytest.approx(reward)
+            for key in ("role", "query", "response", "task_reward", "reward"):
+                assert np.all(np.asarray(infos[agent][key]) == np.asarray(info[key])), (agent, key)
+        if wrap in ("collective", "both"):
+            rewards = list(totals.values())
+            assert rewards[0] == pytest.approx(rewards[1])
