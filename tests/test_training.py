@@ -49,13 +49,15 @@ def test_ppo_raises_the_reward(toy_model, tmp_path):
 
 
 def test_cory_raises_the_reward_of_both_learners(toy_model, tmp_path):
-    config = toy_config(toy_model, tmp_path, algo="cory", iterations=14, role_exchange_period=2)
+    # No KL penalty: this measures learning alone (the penalty is tested in test_ppo_math). With it, at lr 1e-2
+    # the curves were close enough to the threshold that the thread count (float summation order) decided.
+    config = toy_config(toy_model, tmp_path, algo="cory", iterations=16, role_exchange_period=2, kl_coef=0.0)
     Trainer(config, prompts=PROMPTS, reward_fn=fraction_good).train(progress=False)
     for learner in ("llm_0", "llm_1"):
         curve = reward_curve(tmp_path, learner)
         assert curve[-3:].mean() > curve[:3].mean() + 0.1, (learner, curve)
     roles = pd.read_csv(tmp_path / "metrics.csv")["llm_0/role"].tolist()
-    assert roles == [0, 0, 1, 1] * 3 + [0, 0]  # pioneer (0) and observer (1), exchanged every 2 iterations
+    assert roles == [0, 0, 1, 1] * 4  # pioneer (0) and observer (1), exchanged every 2 iterations
 
 
 def test_role_exchange_keeps_optimizer_and_controller_state(toy_model, tmp_path):
