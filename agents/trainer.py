@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib
 import json
 import random
 import shutil
@@ -36,8 +35,9 @@ from agents.value_model import CausalLMWithValueHead
 from cory_env import CollectiveRewardWrapper, RoleExchangeWrapper, env
 from cory_env.models import EMBEDDED_MODEL, load_causal_lm, load_tokenizer
 from cory_env.prompts import PromptSource
+from cory_env.rewards import get_reward
 from cory_env.rewards.base import RewardFunction
-from cory_env.tasks.sentiment import sentiment_prompts
+from cory_env.tasks import TASKS, Task, custom_task, get_task
 
 ALGOS = ("cory", "ppo")
 ROLE_IDS = {"pioneer": 0, "observer": 1}
@@ -52,10 +52,15 @@ class TrainConfig:
     """Everything a run needs; each field is a command-line flag of examples/train_cory.py."""
 
     algo: str = _f("cory", "cory: two learners, collective reward, role exchange; ppo: single-agent baseline", choices=list(ALGOS))
-    task: str = _f("sentiment", "task: sentiment (movie-review continuation)", choices=["sentiment"])
+    task: str = _f("sentiment", "task: sentiment (movie-review continuation) or gsm8k (grade-school math)", choices=sorted(TASKS))
+    task_file: str = _f("", "your own prompts: a .jsonl or .csv file, one row per prompt (--task still gives templates and reward)")
+    query_field: str = _f("query", "--task-file column holding the query; the other columns go to the reward as metadata")
+    pioneer_template: str = _f("", "pioneer prompt, a format string with {query} (empty: the task's)")
+    observer_template: str = _f("", "observer prompt, a format string with {query} and {response} (empty: the task's)")
     model: str = _f(EMBEDDED_MODEL, "model name or path (Hub name, local folder, or the embedded smollm2-135m)")
-    reward: str = _f("vader", "reward: vader, a Hub text-classification model (raw logit of its positive label), or package.module:function")
-    review_source: str = _f("auto", "sentiment prompts: auto, imdb or rotten_tomatoes")
+    reward: str = _f("", "reward (empty: the task's: vader, gsm8k): a registered name, package.module:function, or a Hub text-classification model (raw logit of its positive label)")
+    prompt_source: str = _f("auto", "where the task's prompts come from: auto, or sentiment: imdb, rotten_tomatoes; gsm8k: gsm8k, gsm_symbolic")
+    review_source: str = _f("auto", "sentiment prompts: auto, imdb or rotten_tomatoes (used when --prompt-source is auto)")
     iterations: int = _f(20, "training iterations (one batched episode each)")
     batch_size: int = _f(8, "conversations per iteration")
     mini_batch_size: int = _f(8, "conversations per gradient step")
@@ -78,12 +83,12 @@ class TrainConfig:
     role_exchange_period: int = _f(5, "iterations between role exchanges (CORY's T_REx)")
     no_role_exchange: bool = _f(False, "ablation: never exchange roles")
     no_knowledge_transfer: bool = _f(False, "ablation: the observer sees only the query")
-    min_new_tokens: int = _f(4, "response length limit is sampled per batch from [min, max]")
-    max_new_tokens: int = _f(15, "largest response length limit")
+    min_new_tokens: int = _f(0, "response length limit is sampled per batch from [min, max] (0: the task's: sentiment 4, gsm8k 128)")
+    max_new_tokens: int = _f(0, "largest response length limit (0: the task's: sentiment 15, gsm8k 256)")
     temperature: float = _f(1.0, "sampling temperature")
     top_k: int = _f(0, "top-k sampling (0: off, the paper's setting)")
     top_p: float = _f(1.0, "nucleus sampling (1.0: off, the paper's setting)")
-    context_length: int = _f(128, "observation width in tokens (prompt + response must fit)")
+    context_length: int = _f(0, "observation width in tokens, prompt + response must fit (0: the task's: sentiment 128, gsm8k 1024)")
     seed: int = _f(0, "random seed (prompts, sampling, minibatches)")
     out: str = _f("runs/cory", "output folder: metrics.csv, samples.jsonl, plots, checkpoints")
     resume: bool = _f(False, "continue from the newest checkpoint in --out")
@@ -131,46 +136,32 @@ def apply_preset(config: TrainConfig) -> TrainConfig:
     return dataclasses.replace(config, **changes)
 
 
-def resolve_reward(name: str, device: torch.device) -> RewardFunction:
-    """``vader``, ``package.module:function``, or a Hub text-classification model name."""
-    if name == "vader":
-        from cory_env.rewards.sentiment import vader_sentiment
-
-        return vader_sentiment
-    if ":" in name:
-        module, _, attr = name.partition(":")
-        try:
-            return getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as exc:
-            raise ValueError(f"cannot import reward {name!r}: {exc}. Use package.module:function") from exc
-    return _classifier_reward(name, device)
+def build_task(config: TrainConfig) -> Task:
+    """The task of ``--task``; with ``--task-file``, that file's prompts with the task's settings."""
+    task = get_task(config.task)
+    if config.task_file:
+        task = custom_task(config.task_file, like=task, name="custom", query_field=config.query_field)
+    return task
 
 
-def _classifier_reward(name: str, device: torch.device) -> RewardFunction:
-    """Raw logit of the positive label of a text classifier (the paper's distilbert-imdb reward)."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+def with_task_defaults(config: TrainConfig, task: Task) -> TrainConfig:
+    """Fill the fields left empty (reward, lengths, context) with the task's choices."""
+    changes: dict[str, Any] = dict(
+        reward=config.reward or task.default_reward,
+        min_new_tokens=config.min_new_tokens or task.min_new_tokens,
+        max_new_tokens=config.max_new_tokens or task.max_new_tokens,
+        context_length=config.context_length or task.context_length,
+    )
+    if not config.min_new_tokens and changes["min_new_tokens"] > changes["max_new_tokens"]:
+        changes["min_new_tokens"] = changes["max_new_tokens"]  # --max-new-tokens below the task's minimum
+    return dataclasses.replace(config, **changes)
 
-    from cory_env.hub import hub_offline
-    from cory_env.models import ModelNotAvailableError
 
-    try:
-        tok = AutoTokenizer.from_pretrained(name, local_files_only=hub_offline())
-        clf = AutoModelForSequenceClassification.from_pretrained(name, local_files_only=hub_offline()).to(device).eval()
-    except OSError as exc:
-        raise ModelNotAvailableError(
-            f"reward {name!r} is neither 'vader', a module:function, nor a loadable text-classification model "
-            f"({exc}). Offline, use --reward vader (the embedded default)."
-        ) from exc
-    labels = {v.upper(): k for k, v in clf.config.id2label.items()}
-    positive = labels.get("POSITIVE", labels.get("POS", max(clf.config.id2label)))
-
-    @torch.no_grad()
-    def classifier_reward(queries: list[str], responses: list[str], **_: Any) -> list[float]:
-        enc = tok([q + r for q, r in zip(queries, responses)], return_tensors="pt", padding=True, truncation=True)
-        return clf(**enc.to(device)).logits[:, positive].float().cpu().tolist()
-
-    classifier_reward.__qualname__ = f"classifier_reward[{name}]"
-    return classifier_reward
+def prompt_source_name(config: TrainConfig) -> str:
+    """``--prompt-source``, or for the sentiment task the older ``--review-source``."""
+    if config.prompt_source == "auto" and config.task == "sentiment":
+        return config.review_source
+    return config.prompt_source
 
 
 class Trainer:
@@ -183,7 +174,9 @@ class Trainer:
         reward_fn: RewardFunction | None = None,
     ):
         """``prompts`` and ``reward_fn`` override the task's prompt source and ``config.reward``."""
-        self.config = config = apply_preset(config)
+        config = apply_preset(config)
+        self.task = build_task(config)
+        self.config = config = with_task_defaults(config, self.task)
         if config.algo not in ALGOS:
             raise ValueError(f"algo must be one of {ALGOS}, got {config.algo!r}")
         if config.batch_size % config.mini_batch_size:
@@ -196,6 +189,10 @@ class Trainer:
         )
         self.out = Path(config.out)
         tokenizer = load_tokenizer(config.model)
+        # The task's data and reward before the models: a bad --task-file or --reward fails fast.
+        if prompts is None:
+            prompts = self.task.prompts(tokenizer, split="train", seed=config.seed, source=prompt_source_name(config))
+        reward = get_reward(reward_fn if reward_fn is not None else config.reward, self.device)
         names = ["llm_0", "llm_1"] if config.algo == "cory" else ["pioneer"]
         reference, policies = self._build_models(config, names)
         sampling = dict(do_sample=True, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)
@@ -206,8 +203,10 @@ class Trainer:
 
         base = env(
             tokenizer=tokenizer,
-            prompts=prompts if prompts is not None else sentiment_prompts(tokenizer, source=config.review_source),
-            reward_fn=reward_fn if reward_fn is not None else resolve_reward(config.reward, self.device),
+            prompts=prompts,
+            reward_fn=reward,
+            pioneer_template=config.pioneer_template or self.task.pioneer_template,
+            observer_template=config.observer_template or self.task.observer_template,
             num_conversations=config.batch_size,
             max_new_tokens=(config.min_new_tokens, config.max_new_tokens),
             context_length=config.context_length,

@@ -15,13 +15,15 @@ are re-read on every call; the network probe runs once per process
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import socket
 import threading
+from collections.abc import Iterator
 from urllib.parse import urlsplit
 
-__all__ = ["PROBE_TIMEOUT_S", "hub_offline", "hub_reachable", "offline_error_hint", "offline_reason"]
+__all__ = ["PROBE_TIMEOUT_S", "forced_offline", "hub_offline", "hub_reachable", "offline_error_hint", "offline_reason"]
 
 PROBE_TIMEOUT_S: float = 3.0
 """Seconds the network probe waits for a TCP connection to the Hub."""
@@ -114,3 +116,23 @@ def offline_error_hint(kind: str, name: str, embedded: str | None = None) -> str
         "and set HF_HUB_OFFLINE=1 when using it."
     )
     return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def forced_offline() -> Iterator[None]:
+    """Make ``datasets`` / ``huggingface_hub`` cache-only for the duration of the block.
+
+    ``hub_offline()`` may be True because the Hub is unreachable while ``HF_HUB_OFFLINE``
+    is unset; then ``datasets`` would retry the network for tens of seconds. Their
+    offline flags are read at import time, so they are set here directly.
+    """
+    import datasets.config
+    import huggingface_hub.constants
+
+    saved = (datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE)
+    datasets.config.HF_HUB_OFFLINE = True
+    huggingface_hub.constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE = saved

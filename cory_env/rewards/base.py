@@ -38,19 +38,25 @@ def score_responses(
     queries: list[str],
     responses: list[str],
     metadata: Mapping[str, list[Any]] | None = None,
+    *,
+    name: str | None = None,
 ) -> np.ndarray:
     """Call ``fn`` on a batch and check it returned one finite float per response.
 
     Returns a float64 array of shape ``(len(responses),)``. Raises
-    :class:`RewardFunctionError` naming the function and the offending item.
+    :class:`RewardFunctionError` naming the function (``name``, default
+    :func:`reward_name`) and the offending item. A :class:`RewardFunctionError` raised
+    inside ``fn`` (an already checked reward) passes through unchanged.
     """
-    name = reward_name(fn)
+    name = name or reward_name(fn)
     try:
         raw = fn(queries, responses, **(metadata or {}))
+    except RewardFunctionError:
+        raise
     except Exception as exc:
         raise RewardFunctionError(
             f"reward function {name} raised {type(exc).__name__}: {exc} "
-            f"(while scoring {len(responses)} responses; first query {queries[0]!r})"
+            f"(while scoring {len(responses)} responses; first query {queries[0] if queries else None!r})"
         ) from exc
     try:
         scores = np.asarray(raw, dtype=np.float64).reshape(-1)

@@ -1,10 +1,177 @@
-"""Task definitions: prompt sources for the paper's tasks."""
+"""Tasks: what the agents are asked, how they are prompted, and how they are scored.
 
+A :class:`Task` bundles a prompt source factory, the pioneer's and observer's
+templates, the name of its default reward (see :func:`cory_env.rewards.get_reward`)
+and suggested generation settings. Tasks are found by name:
+
+========== ========================================= ================= ==============
+name       prompts                                   default reward    new tokens
+========== ========================================= ================= ==============
+sentiment  first 2-7 tokens of a movie review        ``vader``         4-15
+gsm8k      grade-school math questions (+ answers)   ``gsm8k``         128-256
+========== ========================================= ================= ==============
+
+Example:
+    >>> task = get_task("gsm8k")
+    >>> prompts = task.prompts(tokenizer, split="test")  # doctest: +SKIP
+    >>> game = cory_env.env(tokenizer=tokenizer, prompts=prompts,  # doctest: +SKIP
+    ...     reward_fn=get_reward(task.default_reward), pioneer_template=task.pioneer_template,
+    ...     observer_template=task.observer_template, max_new_tokens=task.max_new_tokens)
+
+Your own data becomes a task with :func:`~cory_env.tasks.custom.custom_task`; any
+task can be added with :func:`register_task`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from cory_env.prompts import PromptSource
+from cory_env.tasks.custom import custom_prompts, custom_task
+from cory_env.tasks.gsm8k import gsm8k_prompts, load_gsm8k
 from cory_env.tasks.sentiment import (
     DatasetUnavailableError,
     ReviewPrefixes,
     load_reviews,
     sentiment_prompts,
 )
+from cory_env.templates import (
+    GSM8K_OBSERVER,
+    GSM8K_PIONEER,
+    SENTIMENT_OBSERVER,
+    SENTIMENT_PIONEER,
+    Template,
+    check_template,
+)
 
-__all__ = ["DatasetUnavailableError", "ReviewPrefixes", "load_reviews", "sentiment_prompts"]
+
+class PromptFactory(Protocol):
+    """Builds a task's prompt source: ``(tokenizer, *, split, seed, source) -> PromptSource``."""
+
+    def __call__(
+        self, tokenizer: Any, *, split: str = "train", seed: int = 0, source: str = "auto"
+    ) -> PromptSource: ...
+
+
+@dataclass(frozen=True)
+class Task:
+    """Everything that defines a task, apart from the model.
+
+    Attributes:
+        name: what :func:`get_task` and ``--task`` know it as.
+        prompts: ``prompts(tokenizer, *, split="train", seed=0, source="auto")`` returns the
+            prompt source of a split (``"train"`` or ``"test"``) from one of ``sources``.
+        pioneer_template, observer_template: see :mod:`cory_env.templates`.
+        default_reward: a reward name for :func:`cory_env.rewards.get_reward`.
+        min_new_tokens, max_new_tokens: suggested response length range (the environment
+            samples each episode's limit from it).
+        context_length: suggested observation width: room for the longest prompt, the
+            pioneer's response inside the observer's prompt, and a response.
+        sources: the values ``prompts`` accepts for ``source``; ``"auto"`` first.
+        description: one line for listings and ``--help``.
+    """
+
+    name: str
+    prompts: PromptFactory
+    pioneer_template: Template
+    observer_template: Template
+    default_reward: str
+    min_new_tokens: int = 4
+    max_new_tokens: int = 15
+    context_length: int = 128
+    sources: tuple[str, ...] = ("auto",)
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError(f"a task name must be a non-empty string, got {self.name!r}")
+        if not callable(self.prompts):
+            raise TypeError(f"task {self.name!r}: prompts must be a callable (tokenizer, *, split, seed, source)")
+        check_template(self.pioneer_template, allow_response=False, name=f"task {self.name!r} pioneer_template")
+        check_template(self.observer_template, allow_response=True, name=f"task {self.name!r} observer_template")
+        if not 1 <= self.min_new_tokens <= self.max_new_tokens:
+            raise ValueError(
+                f"task {self.name!r}: need 1 <= min_new_tokens <= max_new_tokens, "
+                f"got {self.min_new_tokens} and {self.max_new_tokens}"
+            )
+        if self.context_length <= self.max_new_tokens:
+            raise ValueError(
+                f"task {self.name!r}: context_length ({self.context_length}) must exceed "
+                f"max_new_tokens ({self.max_new_tokens})"
+            )
+
+
+#: The registered tasks, by name.
+TASKS: dict[str, Task] = {}
+
+
+def register_task(task: Task, *, replace: bool = False) -> Task:
+    """Make ``task`` available to :func:`get_task` (and ``--task``) under ``task.name``."""
+    if not isinstance(task, Task):
+        raise TypeError(f"register_task needs a Task, got {type(task).__name__}")
+    if task.name in TASKS and TASKS[task.name] is not task and not replace:
+        raise ValueError(f"a task named {task.name!r} is already registered; pass replace=True to replace it")
+    TASKS[task.name] = task
+    return task
+
+
+def get_task(name: str) -> Task:
+    """The registered task called ``name``; an unknown name's error lists the known ones."""
+    try:
+        return TASKS[name]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"unknown task {name!r}: the registered tasks are {', '.join(sorted(TASKS))}. "
+            "For your own prompts use custom_task(data) (command line: --task-file)."
+        ) from None
+
+
+def _sentiment(tokenizer: Any, *, split: str = "train", seed: int = 0, source: str = "auto") -> PromptSource:
+    return sentiment_prompts(tokenizer, source=source, split=split)
+
+
+register_task(
+    Task(
+        name="sentiment",
+        prompts=_sentiment,
+        pioneer_template=SENTIMENT_PIONEER,
+        observer_template=SENTIMENT_OBSERVER,
+        default_reward="vader",
+        min_new_tokens=4,
+        max_new_tokens=15,
+        context_length=128,
+        sources=("auto", "imdb", "rotten_tomatoes"),
+        description="continue the first 2-7 tokens of a movie review positively (the paper's IMDB task)",
+    )
+)
+register_task(
+    Task(
+        name="gsm8k",
+        prompts=gsm8k_prompts,
+        pioneer_template=GSM8K_PIONEER,
+        observer_template=GSM8K_OBSERVER,
+        default_reward="gsm8k",
+        min_new_tokens=128,
+        max_new_tokens=256,
+        context_length=1024,
+        sources=("auto", "gsm8k", "gsm_symbolic"),
+        description="solve grade-school math word problems, one-shot prompt (the paper's GSM8K task)",
+    )
+)
+
+__all__ = [
+    "TASKS",
+    "DatasetUnavailableError",
+    "PromptFactory",
+    "ReviewPrefixes",
+    "Task",
+    "custom_prompts",
+    "custom_task",
+    "get_task",
+    "gsm8k_prompts",
+    "load_gsm8k",
+    "load_reviews",
+    "register_task",
+    "sentiment_prompts",
+]

@@ -21,7 +21,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import html
@@ -29,12 +28,12 @@ import importlib.util
 import logging
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from cory_env.hub import hub_offline, offline_reason
+from cory_env.hub import forced_offline, hub_offline, offline_reason
 from cory_env.prompts import Prompt
 
 logger = logging.getLogger(__name__)
@@ -102,26 +101,6 @@ def _clean_imdb(text: str) -> str:
     return _SPACES.sub(" ", _BR_TAG.sub(" ", text)).strip()
 
 
-@contextlib.contextmanager
-def _forced_offline() -> Iterator[None]:
-    """Make ``datasets`` / ``huggingface_hub`` cache-only for the duration of the block.
-
-    ``hub_offline()`` may be True because the Hub is unreachable while ``HF_HUB_OFFLINE``
-    is unset; then ``datasets`` would retry the network for tens of seconds. Their
-    offline flags are read at import time, so they are set here directly.
-    """
-    import datasets.config
-    import huggingface_hub.constants
-
-    saved = (datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE)
-    datasets.config.HF_HUB_OFFLINE = True
-    huggingface_hub.constants.HF_HUB_OFFLINE = True
-    try:
-        yield
-    finally:
-        datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE = saved
-
-
 def _imdb_unavailable_message(split: str, detail: str) -> str:
     return (
         f"the IMDB data set ({split} split) is not in the local Hugging Face datasets cache and "
@@ -151,7 +130,7 @@ def _imdb_reviews(split: str) -> tuple[str, ...]:
         return tuple(_clean_imdb(t) for t in data["text"])
 
     errors = []
-    with _forced_offline():
+    with forced_offline():
         for name in IMDB_NAMES:
             try:
                 data = datasets.load_dataset(name, split=split)

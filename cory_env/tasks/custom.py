@@ -1,0 +1,194 @@
+"""Your own prompts: a list, a ``datasets.Dataset``, or a JSONL / CSV file.
+
+Each row gives one prompt: the ``query_field`` column is the query, and the other
+columns (or those named in ``metadata_fields``) become the prompt's metadata, which the
+reward function receives as keyword lists. A math file with ``query`` and ``answer``
+columns therefore works with the ``gsm8k`` reward as it is::
+
+    {"query": "Tom has 3 apples and buys 4 more. How many does he have?", "answer": "7"}
+
+CSV values are read as strings (so an ``answer`` column keeps ``"007"`` or ``"1,000"``
+as written); JSONL values keep their JSON types.
+
+Example:
+    >>> source = custom_prompts([{"query": "2 + 2 =", "answer": "4"}])
+    >>> source.prompts[0]
+    Prompt(query='2 + 2 =', metadata={'answer': '4'})
+    >>> task = custom_task("problems.jsonl", like="gsm8k")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cory_env.prompts import Prompt, PromptList
+
+if TYPE_CHECKING:
+    from cory_env.tasks import Task
+
+#: File types :func:`custom_prompts` reads, by extension.
+FILE_TYPES = (".jsonl", ".csv")
+
+CustomData = Any  # a datasets.Dataset, a list of strings or dicts, or a path to a .jsonl / .csv file
+
+
+def custom_prompts(
+    data: CustomData,
+    query_field: str = "query",
+    metadata_fields: Sequence[str] | None = None,
+) -> PromptList:
+    """A prompt source from your own data.
+
+    Args:
+        data: a list of query strings; a list of dicts; a ``datasets.Dataset``; or the
+            path of a ``.jsonl`` (one JSON object per line) or ``.csv`` (with a header) file.
+        query_field: the column holding the query (not used for a list of strings).
+        metadata_fields: the columns passed to the reward as metadata; ``None``: all
+            columns but the query.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ValueError: unsupported file type, a line that is not JSON, a missing column
+            (the message names the columns present), an empty or non-string query, or
+            no rows at all.
+        TypeError: ``data`` is none of the above.
+    """
+    where = "the data"
+    if isinstance(data, (str, os.PathLike)):
+        where = os.fspath(data)
+        rows: list[Any] = _read_file(Path(data))
+    elif _is_dataset(data):
+        rows = list(data)
+    elif isinstance(data, Sequence) and not isinstance(data, (bytes, bytearray)):
+        rows = list(data)
+    else:
+        raise TypeError(
+            "data must be a list of strings or dicts, a datasets.Dataset, or the path of a .jsonl or .csv file, "
+            f"got {type(data).__name__}"
+        )
+    if not rows:
+        raise ValueError(f"{where} holds no prompts: give at least one row")
+    if all(isinstance(r, str) for r in rows):
+        return PromptList([Prompt(_query(r, i, where)) for i, r in enumerate(rows)])
+    if not all(isinstance(r, Mapping) for r in rows):
+        kinds = sorted({type(r).__name__ for r in rows})
+        raise TypeError(f"{where}: rows must all be strings or all be dicts, got {', '.join(kinds)}")
+    return PromptList(_prompts_from_rows(rows, query_field, metadata_fields, where))
+
+
+def _is_dataset(data: Any) -> bool:
+    try:
+        import datasets
+    except ImportError:  # pragma: no cover - datasets is a dependency
+        return False
+    return isinstance(data, datasets.Dataset)
+
+
+def _read_file(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"prompt file {str(path)!r} does not exist"
+            + (" (it is a folder)" if path.is_dir() else f" (working directory: {os.getcwd()})")
+        )
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        rows = []
+        with path.open(encoding="utf-8") as f:
+            for number, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}, line {number}: not valid JSON ({exc}): {line[:80]!r}") from exc
+                if not isinstance(rows[-1], dict):
+                    raise ValueError(f"{path}, line {number}: each line must be a JSON object, got {line[:80]!r}")
+        return rows
+    if suffix == ".csv":
+        with path.open(encoding="utf-8", newline="") as f:
+            return list(csv.DictReader(f))
+    raise ValueError(f"prompt file {str(path)!r}: unsupported type {suffix or '(none)'!r}; use one of {FILE_TYPES}")
+
+
+def _query(value: Any, index: int, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{where}, row {index}: the query must be a non-empty string, got {value!r}")
+    return value
+
+
+def _prompts_from_rows(
+    rows: Iterable[Mapping[str, Any]], query_field: str, metadata_fields: Sequence[str] | None, where: str
+) -> list[Prompt]:
+    prompts = []
+    for index, row in enumerate(rows):
+        wanted = [query_field, *(metadata_fields or [])]
+        missing = [f for f in wanted if f not in row]
+        if missing:
+            raise ValueError(
+                f"{where}, row {index}: no column {', '.join(map(repr, missing))}; "
+                f"the columns are {', '.join(map(repr, row))}. "
+                + ("Choose the query column with query_field (--query-field)." if query_field in missing else "")
+            )
+        fields = metadata_fields if metadata_fields is not None else [k for k in row if k != query_field]
+        prompts.append(Prompt(_query(row[query_field], index, where), {k: row[k] for k in fields}))
+    return prompts
+
+
+def custom_task(
+    data: CustomData,
+    *,
+    like: str | Task = "sentiment",
+    name: str = "custom",
+    query_field: str = "query",
+    metadata_fields: Sequence[str] | None = None,
+    test_data: CustomData | None = None,
+    pioneer_template: Any = None,
+    observer_template: Any = None,
+    default_reward: str | None = None,
+) -> Task:
+    """A task whose prompts are your data, and everything else from the task ``like``.
+
+    The templates, default reward and generation lengths are ``like``'s unless given.
+    Templates are checked with :func:`cory_env.templates.check_template`. The data is
+    read at once, so errors show here rather than in the middle of training.
+
+    Args:
+        data: the training prompts (see :func:`custom_prompts`).
+        like: the registered task (or a :class:`~cory_env.tasks.Task`) to take the rest from.
+        test_data: held-out prompts for ``split="test"``; without it, asking for the
+            test split is an error.
+        pioneer_template, observer_template: ``str.format`` templates (``{query}``; the
+            observer also ``{response}``) or callables.
+        default_reward: reward name for this task (default: ``like``'s).
+    """
+    from cory_env.tasks import get_task
+
+    base = get_task(like) if isinstance(like, str) else like
+    splits = {"train": custom_prompts(data, query_field, metadata_fields)}
+    if test_data is not None:
+        splits["test"] = custom_prompts(test_data, query_field, metadata_fields)
+
+    def prompts(tokenizer: Any = None, *, split: str = "train", seed: int = 0, source: str = "auto") -> PromptList:
+        if split not in splits:
+            raise ValueError(
+                f"the custom task {name!r} has no {split!r} split: its splits are {sorted(splits)} "
+                "(give test_data for a held-out split)"
+            )
+        return splits[split]
+
+    return dataclasses.replace(
+        base,
+        name=name,
+        prompts=prompts,
+        pioneer_template=base.pioneer_template if pioneer_template is None else pioneer_template,
+        observer_template=base.observer_template if observer_template is None else observer_template,
+        default_reward=base.default_reward if default_reward is None else default_reward,
+        sources=("auto",),
+        description=f"your prompts, with {base.name}'s settings",
+    )
