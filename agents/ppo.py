@@ -21,7 +21,8 @@ import numpy as np
 import torch
 from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
-from agents.advantages import gae, masked_mean, whiten
+from agents.advantages import gae, masked_mean
+from agents.distributed import DataParallel
 from agents.kl import ESTIMATORS, AdaptiveKLController, FixedKLController, kl_per_token, token_rewards
 from agents.lm_actor import LMActor
 from agents.losses import policy_loss, value_loss
@@ -123,6 +124,9 @@ class PPOLearner:
         config: :class:`PPOConfig`.
         seed: seeds this learner's token sampling (on the model's device) and minibatch shuffling.
         sampling: keyword arguments for :class:`LMActor` (do_sample, temperature, top_k, top_p).
+        data_parallel: the processes of a data-parallel run (:mod:`agents.distributed`): gradients,
+            score statistics, advantage whitening, the KL controller and the returned statistics
+            are then computed over all of them. Default: a single process.
     """
 
     def __init__(
@@ -132,8 +136,10 @@ class PPOLearner:
         config: PPOConfig,
         seed: int = 0,
         sampling: dict[str, Any] | None = None,
+        data_parallel: DataParallel | None = None,
     ):
         self.model = model
+        self.data_parallel = data_parallel or DataParallel()
         self.reference = reference.eval()  # frozen by whoever built it (it may share weights)
         self.config = config
         self.generator = torch.Generator().manual_seed(seed)  # minibatch shuffling, on the CPU
@@ -169,7 +175,7 @@ class PPOLearner:
     def _process_scores(self, scores: np.ndarray) -> torch.Tensor:
         c = self.config
         if c.score_scaling:
-            self.score_moments.update(scores)
+            self.score_moments.update(self.data_parallel.gather(scores))  # the same statistics everywhere
             scores = scores - self.score_moments.mean if c.score_norm else scores
             scores = scores / (self.score_moments.std + 1e-8)
         if c.score_clip is not None:
@@ -218,7 +224,7 @@ class PPOLearner:
         rewards = token_rewards(scores, s["kl"], mask, kl_coef)
         advantages, returns = gae(rewards, s["values"], mask, c.gamma, c.lam)
         if c.whiten_advantages:
-            advantages = whiten(advantages, mask)
+            advantages = self.data_parallel.whiten(advantages, mask)
 
         self.model.train()
         ids, attn = ep.input_ids.to(self.device), ep.attention_mask.to(self.device)
@@ -240,10 +246,7 @@ class PPOLearner:
                 loss.backward()
                 step_in_accumulation += 1
                 if step_in_accumulation % c.gradient_accumulation_steps == 0:
-                    if c.max_grad_norm is not None:
-                        torch.nn.utils.clip_grad_norm_(self._params, c.max_grad_norm)
-                    self.optimizer.step()
-                    self.optimizer.zero_grad(set_to_none=True)
+                    self._optimizer_step()
                 with torch.no_grad():
                     stats["policy_loss"].append(pg_loss.item())
                     stats["value_loss"].append(vf_loss.item())
@@ -251,24 +254,37 @@ class PPOLearner:
                     stats["clipfrac"].append(float(pg_stats["clipfrac"]))
                     stats["approx_kl"].append(float(pg_stats["approx_kl"]))
         if step_in_accumulation % c.gradient_accumulation_steps:  # a partial accumulation left over
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
+            self._optimizer_step(clip=False)
         self.model.eval()  # back to acting
 
-        # The paper's KL: per-token KL summed over the response, batch mean.
-        kl_sum = float(s["kl_exact"].sum(-1).mean())
-        self.kl_ctl.update(float(s["kl"].sum(-1).mean()), B)
-        task = ep.task_rewards
+        # The paper's KL: per-token KL summed over the response, batch mean (over all processes).
+        means = self.data_parallel.mean({
+            "kl": float(s["kl_exact"].sum(-1).mean()),
+            "kl_penalty": float(s["kl"].sum(-1).mean()),
+            "response_length": float(mask.sum(-1).mean()),
+            **{k: float(np.mean(v)) for k, v in stats.items()},
+        })  # fmt: skip
+        kl_sum = means.pop("kl")
+        self.kl_ctl.update(means.pop("kl_penalty"), B * self.data_parallel.num_processes)
+        task = self.data_parallel.gather(ep.task_rewards)
         return {
             "task_reward_mean": float(task.mean()),
             "task_reward_std": float(task.std()),
-            "reward_mean": float(ep.scores.mean()),
+            "reward_mean": float(self.data_parallel.gather(ep.scores).mean()),
             "kl": kl_sum,
             "combined_reward": float(task.mean()) - kl_coef * kl_sum,
             "kl_coef": kl_coef,
-            "response_length": float(mask.sum(-1).mean()),
-            **{k: float(np.mean(v)) for k, v in stats.items()},
+            "response_length": means.pop("response_length"),
+            **means,
         }
+
+    def _optimizer_step(self, clip: bool = True) -> None:
+        """Average the gradients over processes, clip them, step, zero them."""
+        self.data_parallel.average_gradients(self._params)
+        if clip and self.config.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self._params, self.config.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:

@@ -7,10 +7,13 @@ trainers from disk every exchange, losing all but the weights). PPO plays the sa
 environment with the pioneer alone and its own task reward.
 
 Each iteration: one batched episode (the rollout), then a PPO update per learner.
+Under ``accelerate launch`` every process plays its own episode and the updates are
+synchronised (:mod:`agents.distributed`); only the main process writes files.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
@@ -28,6 +31,7 @@ from tqdm.auto import tqdm
 from trl.trainer.utils import disable_dropout_in_model
 
 from agents.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from agents.distributed import DataParallel, fingerprint
 from agents.metrics import MetricsLogger
 from agents.plots import plot_run
 from agents.ppo import Episode, PPOConfig, PPOLearner
@@ -103,7 +107,8 @@ class TrainConfig:
     bf16: bool = _f(False, "bfloat16 autocast for forward passes (float32 weights and optimizer)")
     gradient_checkpointing: bool = _f(False, "recompute activations in the backward pass: less memory, more time")
     load_in_4bit: bool = _f(False, "CUDA only, with --lora: load the base in 4 bits (bitsandbytes NF4), as the paper's GSM8K runs")
-    device: str = _f("auto", "cpu, cuda, or auto")
+    device: str = _f("auto", "cpu, cuda, or auto (under accelerate launch: each process's own device)")
+    learner_devices: str = _f("", "one device per learner, comma-separated (e.g. cuda:0,cuda:1: llm_0 and llm_1, each with its own reference copy); single process, full fine-tuning")
     preset: str = _f("", "paper-imdb: the paper's IMDB settings (GPT2-Large, distilbert-imdb, batch 256, 100 iterations)", choices=["", "paper-imdb"])
 
     def ppo_config(self) -> PPOConfig:
@@ -183,23 +188,29 @@ class Trainer:
             raise ValueError(
                 f"--batch-size {config.batch_size} must be a multiple of --mini-batch-size {config.mini_batch_size}"
             )
-        _seed_everything(config.seed)
-        self.device = torch.device(
-            ("cuda" if torch.cuda.is_available() else "cpu") if config.device == "auto" else config.device
-        )
+        self.data_parallel = dp = DataParallel.from_environment()
+        if dp.bf16 and not config.bf16:
+            self.config = config = dataclasses.replace(config, bf16=True)
+        names = ["llm_0", "llm_1"] if config.algo == "cory" else ["pioneer"]
+        self.device, learner_devices = self._devices(config, names)
+        _seed_everything(config.seed)  # the same on every process: the initial weights must be equal
         self.out = Path(config.out)
         tokenizer = load_tokenizer(config.model)
         # The task's data and reward before the models: a bad --task-file or --reward fails fast.
         if prompts is None:
             prompts = self.task.prompts(tokenizer, split="train", seed=config.seed, source=prompt_source_name(config))
         reward = get_reward(reward_fn if reward_fn is not None else config.reward, self.device)
-        names = ["llm_0", "llm_1"] if config.algo == "cory" else ["pioneer"]
-        reference, policies = self._build_models(config, names)
+        references, policies = self._build_models(config, names, learner_devices)
+        dp.broadcast_parameters(p for policy in policies.values() for p in policy.trainable_parameters())
+        if dp.is_distributed:  # from here on each process draws its own prompts and samples
+            _seed_everything(dp.seed(config.seed))
         sampling = dict(do_sample=True, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)
         self.learners: dict[str, PPOLearner] = {}
         for i, name in enumerate(names):
-            seed = config.seed * 1000 + i
-            self.learners[name] = PPOLearner(policies[name], reference, config.ppo_config(), seed, sampling)
+            seed = dp.seed(config.seed) * 1000 + i
+            self.learners[name] = PPOLearner(
+                policies[name], references[name], config.ppo_config(), seed, sampling, data_parallel=dp
+            )
 
         base = env(
             tokenizer=tokenizer,
@@ -219,13 +230,54 @@ class Trainer:
             self.game = RoleExchangeWrapper(CollectiveRewardWrapper(base), period=period)
         self.iteration = 0
 
-    def _build_models(
-        self, config: TrainConfig, names: list[str]
-    ) -> tuple[torch.nn.Module, dict[str, CausalLMWithValueHead]]:
-        """The frozen reference and one policy (with value head) per learner.
+    def _devices(self, config: TrainConfig, names: list[str]) -> tuple[torch.device, dict[str, torch.device]]:
+        """The main device (models are loaded there; the reward model runs there) and each learner's."""
+        dp = self.data_parallel
+        if dp.is_distributed:
+            if config.learner_devices:
+                raise ValueError(
+                    "--learner-devices is for a single process; under accelerate launch each process uses its own "
+                    "device (drop --learner-devices, or run without accelerate launch)"
+                )
+            if config.device != "auto" and torch.device(config.device).type != dp.device.type:
+                raise ValueError(
+                    f"--device {config.device} conflicts with the launcher's device {dp.device}: drop --device "
+                    f"(CUDA_VISIBLE_DEVICES= runs the processes on CPUs)"
+                )
+            return dp.device, dict.fromkeys(names, dp.device)
+        if not config.learner_devices:
+            device = torch.device(
+                ("cuda" if torch.cuda.is_available() else "cpu") if config.device == "auto" else config.device
+            )
+            return device, dict.fromkeys(names, device)
+        specs = [s.strip() for s in config.learner_devices.split(",") if s.strip()]
+        if len(specs) != len(names):
+            raise ValueError(
+                f"--learner-devices lists {len(specs)} device(s) for {len(names)} learner(s) ({', '.join(names)}): "
+                f"give one per learner, e.g. --learner-devices {','.join(f'cuda:{i}' for i in range(len(names)))}"
+            )
+        try:
+            devices = [torch.device(s) for s in specs]
+        except RuntimeError as exc:
+            raise ValueError(f"--learner-devices {config.learner_devices!r}: {exc}") from exc
+        for d in devices:
+            if d.type == "cuda" and (not torch.cuda.is_available() or (d.index or 0) >= torch.cuda.device_count()):
+                count = torch.cuda.device_count()
+                raise ValueError(f"--learner-devices: {d} is not available (torch sees {count} GPUs)")
+        if config.lora and len(set(devices)) > 1:
+            raise ValueError("--learner-devices with different devices needs full fine-tuning: --lora shares one base")
+        if config.device != "auto":
+            raise ValueError("give either --device or --learner-devices, not both")
+        return devices[0], dict(zip(names, devices))
 
-        Full fine-tuning copies the model per learner; ``--lora`` puts one adapter per
-        learner on a single shared base whose adapter-free forward is the reference.
+    def _build_models(
+        self, config: TrainConfig, names: list[str], devices: dict[str, torch.device]
+    ) -> tuple[dict[str, torch.nn.Module], dict[str, CausalLMWithValueHead]]:
+        """Each learner's frozen reference and policy (with value head).
+
+        Full fine-tuning copies the model per learner, on the learner's device; learners on
+        the same device share one reference. ``--lora`` puts one adapter per learner on a
+        single shared base whose adapter-free forward is the reference.
         """
         kwargs: dict[str, Any] = {}
         if config.load_in_4bit:
@@ -240,11 +292,15 @@ class Trainer:
         disable_dropout_in_model(base)
         base.requires_grad_(False)
         if not config.lora:
-            lms = {n: copy.deepcopy(base).requires_grad_(True) for n in names}
+            on_device = {self.device: base}  # one frozen reference per device
+            for device in devices.values():
+                on_device.setdefault(device, copy.deepcopy(base).to(device))
+            lms = {n: copy.deepcopy(on_device[devices[n]]).requires_grad_(True) for n in names}
             if config.gradient_checkpointing:
                 for lm in lms.values():
                     lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            return base, {n: CausalLMWithValueHead(lm).to(self.device) for n, lm in lms.items()}
+            references = {n: on_device[devices[n]] for n in names}
+            return references, {n: CausalLMWithValueHead(lm).to(devices[n]) for n, lm in lms.items()}
         from peft import LoraConfig
 
         from agents.adapters import AdapterView, shared_lora_model
@@ -257,11 +313,13 @@ class Trainer:
             base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         shared = shared_lora_model(base, names, lora)
         policies = {n: CausalLMWithValueHead(AdapterView(shared, n)).to(self.device) for n in names}
-        return AdapterView(shared, None), policies
+        return dict.fromkeys(names, AdapterView(shared, None)), policies
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        return {
+        """Everything a resume needs. In a data-parallel run every process must call it (it
+        gathers each process's random states and weight fingerprints, checked to be equal)."""
+        state = {
             "iteration": self.iteration,
             "learners": {n: learner.state_dict() for n, learner in self.learners.items()},
             "episodes": getattr(self.game, "episodes", None),
@@ -269,8 +327,38 @@ class Trainer:
             "torch_rng": torch.get_rng_state(),
             "config": dataclasses.asdict(self.config),
         }
+        dp = self.data_parallel
+        if dp.is_distributed:
+            weights = {n: fingerprint(learner.model.trainable_state_dict()) for n, learner in self.learners.items()}
+            dp.check_in_sync(weights)
+            state["processes"] = dp.gather_objects(self._process_state() | {"weights_sha256": weights})
+        return state
+
+    def _process_state(self) -> dict[str, Any]:
+        """The random states that differ between the processes of a data-parallel run."""
+        return {
+            "env_rng": self.game.unwrapped.np_random.bit_generator.state,
+            "torch_rng": torch.get_rng_state(),
+            "generators": {
+                n: (learner.generator.get_state(), learner.sampling_generator.get_state())
+                for n, learner in self.learners.items()
+            },
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        processes = state.get("processes")
+        if len(processes or [None]) != self.data_parallel.num_processes:
+            raise ValueError(
+                f"the checkpoint was written by {len(processes or [None])} process(es), this run has "
+                f"{self.data_parallel.num_processes}: resume with the same accelerate launch --num_processes"
+            )
+        if processes:  # this process's own random states
+            mine = processes[self.data_parallel.process_index]
+            state = {**state, "env_rng": mine["env_rng"], "torch_rng": mine["torch_rng"]}
+            state["learners"] = {
+                n: {**s, "generator": mine["generators"][n][0], "sampling_generator": mine["generators"][n][1]}
+                for n, s in state["learners"].items()
+            }
         self.iteration = state["iteration"]
         for name, learner in self.learners.items():
             learner.load_state_dict(state["learners"][name])
@@ -284,7 +372,7 @@ class Trainer:
     # ------------------------------------------------------------------ loop
     def rollout(self) -> dict[str, tuple[Episode, dict[str, Any]]]:
         """Play one batched episode; return each learner's episode and final info."""
-        self.game.reset(seed=self.config.seed if self.iteration == 0 else None)
+        self.game.reset(seed=self.data_parallel.seed(self.config.seed) if self.iteration == 0 else None)
         finals = {}
         for agent in self.game.agent_iter():
             obs, reward, term, trunc, info = self.game.last()
@@ -310,15 +398,25 @@ class Trainer:
                 samples.append(dict(learner=name, role=info["role"], query=info["query"][b],
                                     response=info["response"][b], task_reward=float(info["task_reward"][b]),
                                     reward=float(info["reward"][b])))  # fmt: skip
+        dp = self.data_parallel
+        if dp.is_distributed:  # every process's tokens, and its samples tagged with its index
+            tokens = dp.sum({"tokens": tokens})["tokens"]
+            samples = [s | {"process": i} for i, mine in enumerate(dp.gather_objects(samples)) for s in mine]
         metrics["tokens_per_s"] = tokens / rollout_s
         metrics["seconds"] = time.perf_counter() - start
         self.iteration += 1
         return metrics, samples
 
     def train(self, progress: bool = True) -> Path:
-        """Run (or resume) to ``config.iterations``; returns the output folder."""
-        c = self.config
-        self.out.mkdir(parents=True, exist_ok=True)
+        """Run (or resume) to ``config.iterations``; returns the output folder.
+
+        In a data-parallel run every process calls this; only the main one writes files.
+        """
+        c, dp = self.config, self.data_parallel
+        main = dp.is_main_process
+        if main:
+            self.out.mkdir(parents=True, exist_ok=True)
+        dp.wait_for_everyone()
         checkpoint = latest_checkpoint(self.out)
         if checkpoint is not None and not c.resume:
             if not c.overwrite:
@@ -326,26 +424,35 @@ class Trainer:
                     f"{self.out} already holds a run (checkpoint {checkpoint.name}): pass --resume to continue it, "
                     f"--overwrite to start over there, or choose another --out"
                 )
-            shutil.rmtree(checkpoint.parent)
+            dp.wait_for_everyone()  # every process has looked before the main one deletes
+            if main:
+                shutil.rmtree(checkpoint.parent)
             checkpoint = None
-        logger = MetricsLogger(self.out, tensorboard=c.tensorboard, resume=checkpoint is not None)
         if checkpoint is not None:
-            self.load_state_dict(load_checkpoint(checkpoint))
+            self.load_state_dict(load_checkpoint(checkpoint))  # every process loads the same file
+        logger = MetricsLogger(self.out, tensorboard=c.tensorboard, resume=checkpoint is not None) if main else None
+        if checkpoint is not None and logger is not None:
             logger.truncate(self.iteration - 1)
-        (self.out / "config.json").write_text(json.dumps(dataclasses.asdict(c), indent=2))
-        bar = tqdm(total=c.iterations, initial=self.iteration, disable=not progress, desc=c.algo, unit="it")
-        with logger:
+        if main:
+            (self.out / "config.json").write_text(json.dumps(dataclasses.asdict(c), indent=2))
+        bar = tqdm(total=c.iterations, initial=self.iteration, disable=not (progress and main), desc=c.algo, unit="it")
+        with logger if logger is not None else contextlib.nullcontext():
             while self.iteration < c.iterations:
                 it = self.iteration
                 metrics, samples = self.run_iteration()
-                logger.log(it, metrics)
-                logger.log_samples(it, samples)
+                if logger is not None:
+                    logger.log(it, metrics)
+                    logger.log_samples(it, samples)
                 bar.set_postfix(_postfix(metrics), refresh=False)
                 bar.update(1)
                 if self.iteration % c.checkpoint_every == 0 or self.iteration == c.iterations:
-                    save_checkpoint(self.out, it, self.state_dict())
+                    state = self.state_dict()  # collective in a data-parallel run
+                    if main:
+                        save_checkpoint(self.out, it, state)
         bar.close()
-        plot_run(self.out)
+        if main:
+            plot_run(self.out)
+        dp.wait_for_everyone()
         return self.out
 
 

@@ -9,6 +9,10 @@ prefixes (Rotten Tomatoes offline, IMDB where available), VADER sentiment reward
     python examples/train_cory.py --out runs/cory --resume         # continue after a crash
     python examples/plot_runs.py --run PPO=runs/ppo --run CORY=runs/cory --out cmp.png
 
+On several GPUs (data parallel: each process plays --batch-size conversations), see docs/scale-out.md:
+
+    accelerate launch --config_file examples/accelerate/multi_gpu.yaml examples/train_cory.py --out runs/cory
+
 Writes to --out: metrics.csv (+ TensorBoard events), samples.jsonl, task_reward.png,
 kl.png, combined_reward.png, config.json, and checkpoints/.
 """
@@ -27,6 +31,8 @@ def main(argv: list[str] | None = None) -> None:
     (config,) = parser.parse_args_into_dataclasses(args=argv)
     trainer = Trainer(config)
     out = trainer.train()
+    if not trainer.data_parallel.is_main_process:
+        return
     print(f"\nmetrics: {out / 'metrics.csv'}  samples: {out / 'samples.jsonl'}")
     print(f"plots:   {out / 'task_reward.png'}, {out / 'kl.png'}, {out / 'combined_reward.png'}")
     print(f"checkpoints: {out / 'checkpoints'} (resume with --resume --out {out})")

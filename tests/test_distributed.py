@@ -1,0 +1,213 @@
+"""Data-parallel training under accelerate: synchronised updates, per-process data, exact resume.
+
+The launched runs use ``accelerate launch --config_file examples/accelerate/multi_gpu.yaml
+--num_processes 2`` with CUDA hidden: on a machine without CUDA, accelerate's multi-GPU
+launcher (torchrun) starts two CPU processes (gloo). ``accelerate launch --cpu --num_processes 2``
+would start only one (accelerate starts several CPU processes only through mpirun), which the
+trainer refuses with a message (tested below).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import torch.multiprocessing as mp
+from transformers import HfArgumentParser
+
+from agents.advantages import whiten
+from agents.checkpoint import latest_checkpoint, load_checkpoint
+from agents.distributed import DataParallel, fingerprint
+from agents.trainer import TrainConfig, Trainer
+
+from .distributed_worker import collectives_worker
+from .toy import fraction_good, save_tiny_llama, toy_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPTS = ["the movie was", "the plot is", "acting is very"]
+MULTI_GPU_CONFIG = ROOT / "examples" / "accelerate" / "multi_gpu.yaml"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def hide_cuda_env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+            "CUDA_VISIBLE_DEVICES": "", "TOKENIZERS_PARALLELISM": "false", **extra}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def toy_model(tmp_path_factory) -> Path:
+    return save_tiny_llama(tmp_path_factory.mktemp("toy_llama"), toy_tokenizer())
+
+
+# ---------------------------------------------------------------- collectives, in 2 real processes
+def test_collectives_over_two_processes(tmp_path):
+    mp.start_processes(collectives_worker, args=(free_port(), str(tmp_path)), nprocs=2, start_method="spawn")
+    r = [json.loads((tmp_path / f"{i}.json").read_text()) for i in range(2)]
+    assert [(x["index"], x["n"], x["main"], x["seed"]) for x in r] == [(0, 2, True, 7), (1, 2, False, 8)]
+    for x in r:
+        assert x["gather"] == [0, 10, 1, 11]
+        assert x["objects"] == [{"rank": 0}, {"rank": 1}]
+        assert x["mean"] == {"a": 0.5, "b": 1.0}
+        assert x["sum"] == {"tokens": 7.0}
+        np.testing.assert_allclose(x["whiten"], x["whiten_expected"], rtol=1e-5, atol=1e-6)
+        assert x["grads"] == [[1.0] * 3, [2.0] * 2]
+        assert x["params"] == [1.0] * 3  # the main process's values
+        assert x["in_sync"]
+    assert r[1]["diverged_error"] is not None and "process 1's weights differ" in r[1]["diverged_error"]
+    assert r[0]["diverged_error"] is not None  # every process raises, none waits forever
+
+
+def test_a_single_process_is_the_identity(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    dp = DataParallel.from_environment()
+    assert (dp.num_processes, dp.process_index, dp.is_main_process, dp.seed(5)) == (1, 0, True, 5)
+    x = np.array([0.25, 0.5])
+    assert dp.gather(x) is x
+    assert dp.mean({"kl": 0.1}) == {"kl": 0.1}
+    t, m = torch.tensor([[1.0, 2.0, 4.0]]), torch.ones(1, 3)
+    assert torch.equal(dp.whiten(t, m), whiten(t, m))
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"ACCELERATE_USE_DEEPSPEED": "true"}, "DeepSpeed is not supported"),
+        ({"ACCELERATE_USE_FSDP": "true"}, "FSDP is not supported"),
+        ({"ACCELERATE_MIXED_PRECISION": "fp16"}, "mixed precision 'fp16' is not supported"),
+        ({"ACCELERATE_USE_CPU": "True", "MASTER_ADDR": "127.0.0.1"}, "started one process.*--multi_gpu"),
+    ],
+)
+def test_unsupported_launches_are_refused_with_the_fix(monkeypatch, env, message):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(ValueError, match=message):
+        DataParallel.from_environment()
+
+
+# ---------------------------------------------------------------- learner placement (single process)
+def toy_config(model: Path, out: Path, **kw) -> TrainConfig:
+    defaults = dict(model=str(model), iterations=1, batch_size=4, mini_batch_size=2, ppo_epochs=1, lr=1e-2,
+                    min_new_tokens=3, max_new_tokens=4, out=str(out), tensorboard=False, context_length=48)  # fmt: skip
+    return TrainConfig(**{**defaults, **kw})
+
+
+def test_learner_devices_place_each_learner(toy_model, tmp_path):
+    config = toy_config(toy_model, tmp_path, learner_devices="cpu, cpu")
+    trainer = Trainer(config, prompts=PROMPTS, reward_fn=fraction_good)
+    for learner in trainer.learners.values():
+        assert learner.device == torch.device("cpu")
+    # Learners on one device share one frozen reference.
+    assert trainer.learners["llm_0"].reference is trainer.learners["llm_1"].reference
+    metrics, _ = trainer.run_iteration()
+    assert np.isfinite(metrics["llm_1/policy_loss"])
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(learner_devices="cpu"), "1 device.*for 2 learner"),
+        (dict(algo="ppo", learner_devices="cpu,cpu"), "2 device.*for 1 learner"),
+        (dict(learner_devices="cpu,gpu7"), "--learner-devices 'cpu,gpu7'"),
+        (dict(learner_devices="cpu,cuda:9"), "cuda:9 is not available"),
+        (dict(learner_devices="cpu,cpu", device="cpu"), "either --device or --learner-devices"),
+    ],
+)
+def test_bad_learner_devices_are_refused(toy_model, tmp_path, kw, message):
+    with pytest.raises(ValueError, match=message):
+        Trainer(toy_config(toy_model, tmp_path, **kw), prompts=PROMPTS, reward_fn=fraction_good)
+
+
+# ---------------------------------------------------------------- accelerate launch, 2 processes
+def launch_args(model: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "--model", str(model), "--reward", "tests.toy:fraction_good", "--review-source", "rotten_tomatoes",
+        "--batch-size", "4", "--mini-batch-size", "2", "--ppo-epochs", "2", "--lr", "1e-2",
+        "--min-new-tokens", "3", "--max-new-tokens", "5", "--context-length", "48", "--out", str(out),
+        "--tensorboard", "false", *extra,
+    ]  # fmt: skip
+
+
+def accelerate_launch(args: list[str]) -> subprocess.CompletedProcess:
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(MULTI_GPU_CONFIG),
+        "--num_processes", "2", "--main_process_port", str(free_port()),
+        str(ROOT / "examples" / "train_cory.py"), *args,
+    ]  # fmt: skip
+    result = subprocess.run(command, env=hide_cuda_env(), cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result
+
+
+def initial_fingerprints(args: list[str]) -> dict[str, str]:
+    (config,) = HfArgumentParser(TrainConfig).parse_args_into_dataclasses(args=args)
+    trainer = Trainer(config)  # a single process builds the same initial weights
+    return {n: fingerprint(learner.model.trainable_state_dict()) for n, learner in trainer.learners.items()}
+
+
+def check_data_parallel_run(out: Path, args: list[str], learners: list[str]) -> None:
+    state = load_checkpoint(latest_checkpoint(out))
+    processes = state["processes"]
+    assert len(processes) == 2
+    # Every process ended with the weights the main process saved, and they moved.
+    saved = {n: fingerprint(state["learners"][n]["model"]) for n in learners}
+    assert processes[0]["weights_sha256"] == processes[1]["weights_sha256"] == saved
+    initial = initial_fingerprints(args)
+    assert all(initial[n] != saved[n] for n in learners), "no update happened"
+    # Each process played its own conversations.
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    first = [s for s in samples if s["iteration"] == 0]
+    played = {p: [(s["query"], s["response"]) for s in first if s["process"] == p] for p in (0, 1)}
+    assert played[0] and played[1] and played[0] != played[1]
+    assert processes[0]["generators"][learners[0]][1].tolist() != processes[1]["generators"][learners[0]][1].tolist()
+    metrics = pd.read_csv(out / "metrics.csv")
+    assert metrics["iteration"].tolist() == [0, 1]
+    assert np.isfinite(metrics[f"{learners[0]}/policy_loss"]).all()
+
+
+def test_accelerate_launch_cory_keeps_the_processes_in_sync(toy_model, tmp_path):
+    args = launch_args(toy_model, tmp_path / "run", "--algo", "cory", "--iterations", "2", "--role-exchange-period=1")
+    result = accelerate_launch(args)
+    assert result.stdout.count("metrics:") == 1  # only the main process reports
+    check_data_parallel_run(tmp_path / "run", args, ["llm_0", "llm_1"])
+    # Its per-process random states cannot be resumed by another number of processes.
+    (config,) = HfArgumentParser(TrainConfig).parse_args_into_dataclasses(args=[*args, "--resume", "--iterations", "3"])
+    with pytest.raises(ValueError, match="written by 2 process.*this run has 1"):
+        Trainer(config).train(progress=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", ["--algo ppo --adaptive-kl --score-scaling --score-norm", "--algo cory --lora"])
+def test_accelerate_launch_variants_keep_the_processes_in_sync(toy_model, tmp_path, extra):
+    args = launch_args(toy_model, tmp_path / "run", "--iterations", "2", *extra.split())
+    accelerate_launch(args)
+    learners = ["pioneer"] if "ppo" in extra else ["llm_0", "llm_1"]
+    check_data_parallel_run(tmp_path / "run", args, learners)
+
+
+@pytest.mark.slow
+def test_accelerate_launch_resume_matches_an_uninterrupted_run(toy_model, tmp_path):
+    common = ["--algo", "cory", "--role-exchange-period", "1", "--checkpoint-every", "1", "--adaptive-kl"]
+    accelerate_launch(launch_args(toy_model, tmp_path / "whole", *common, "--iterations", "3"))
+    accelerate_launch(launch_args(toy_model, tmp_path / "split", *common, "--iterations", "2"))
+    accelerate_launch(launch_args(toy_model, tmp_path / "split", *common, "--iterations", "3", "--resume"))
+    timing = ["tokens_per_s", "seconds"]
+    a = pd.read_csv(tmp_path / "whole" / "metrics.csv").drop(columns=timing)
+    b = pd.read_csv(tmp_path / "split" / "metrics.csv").drop(columns=timing)
+    assert b["iteration"].tolist() == [0, 1, 2]
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+    whole, split = (load_checkpoint(latest_checkpoint(tmp_path / r))["processes"] for r in ("whole", "split"))
+    assert [p["weights_sha256"] for p in whole] == [p["weights_sha256"] for p in split]
