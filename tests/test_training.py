@@ -194,3 +194,40 @@ def test_gradient_checkpointing_gives_the_same_updates(toy_model, tmp_path, lora
     for plain, checkpointed in zip(*runs):
         for key in ("llm_0/policy_loss", "llm_1/value_loss", "llm_1/kl", "llm_0/task_reward_mean"):
             assert checkpointed[key] == pytest.approx(plain[key], rel=1e-4, abs=1e-6), key
+
+
+@pytest.mark.parametrize("gradient_accumulation_steps", [1, 2])
+def test_one_minibatch_reuses_the_first_forward_as_the_scoring_pass(toy_model, gradient_accumulation_steps):
+    """With mini-batch = batch, epoch 0's forward doubles as the scoring pass: one forward fewer, same update."""
+    from agents.ppo import Episode, PPOConfig, PPOLearner
+    from agents.value_model import CausalLMWithValueHead
+    from cory_env.models import load_causal_lm
+
+    torch.manual_seed(0)
+    B, W, T = 4, 9, 5
+    ids = torch.randint(3, 18, (B, W))
+    mask = torch.ones(B, W, dtype=torch.long)
+    mask[0, :3] = 0  # left padding
+    mask[1, -1] = 0  # a response that ended early
+    episode = Episode(ids, mask, T, scores=np.array([1.0, 0.0, 0.5, 0.2]), task_rewards=np.array([1.0, 0.0, 0.5, 0.2]))
+    config = PPOConfig(mini_batch_size=B, ppo_epochs=3, learning_rate=1e-3, kl_estimator="full",
+                       gradient_accumulation_steps=gradient_accumulation_steps)  # fmt: skip
+    results = {}
+    for reuse in (True, False):
+        reference = load_causal_lm(str(toy_model)).requires_grad_(False)
+        torch.manual_seed(1)
+        learner = PPOLearner(CausalLMWithValueHead(load_causal_lm(str(toy_model))), reference, config, seed=3)
+        learner.reuse_scoring_forward = reuse
+        calls = []
+        forward = learner._forward
+        learner._forward = lambda *a, _f=forward: calls.append(1) or _f(*a)
+        stats = learner.learn(episode)
+        results[reuse] = (len(calls), stats, learner.model.trainable_state_dict())
+    assert results[True][0] == config.ppo_epochs and results[False][0] == config.ppo_epochs + 1
+    for key in ("kl", "policy_loss", "value_loss", "entropy"):
+        assert results[True][1][key] == pytest.approx(results[False][1][key], rel=1e-4, abs=1e-6), key
+    for name, weight in results[True][2].items():
+        torch.testing.assert_close(weight, results[False][2][name], rtol=1e-4, atol=1e-6)
+    initial = load_causal_lm(str(toy_model)).state_dict()
+    moved = [n for n, w in results[True][2].items() if n.startswith("lm.") and not torch.equal(w, initial[n[3:]])]
+    assert moved  # the update happened
