@@ -8,7 +8,7 @@ TORCH_VERSION ?= 2.13.0
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup demo test test-all bench clean
+.PHONY: setup demo test test-all bench docs clean
 
 setup: $(STAMP)
 
@@ -47,5 +47,9 @@ test-all: setup
 bench: setup
 	$(PY) benchmarks/env_overhead.py
 
+# The documentation site, into site/ (preview with: $(VENV)/bin/mkdocs serve).
+docs: setup
+	$(PY) -m mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis site

@@ -43,8 +43,9 @@ class LMActor:
     Args:
         model: a Hugging Face causal LM (``AutoModelForCausalLM``).
         do_sample: sample (True) or take the most likely token (False, greedy).
-        temperature, top_k, top_p: sampling settings as in ``model.generate``
-            (``top_k=0`` and ``top_p=1.0`` disable them, the paper's setting).
+        temperature: sampling temperature, as in ``model.generate``.
+        top_k: keep the k most likely tokens (``0``: off, the paper's setting).
+        top_p: nucleus sampling (``1.0``: off, the paper's setting).
         generator: a ``torch.Generator`` for reproducible sampling.
         bf16: run the forward passes under bfloat16 autocast.
 

@@ -22,7 +22,8 @@ from cory_env.rewards.sentiment import vader_sentiment
 from cory_env.tasks.sentiment import sentiment_prompts
 
 
-def parse_args() -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (also rendered in docs/cli.md)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=EMBEDDED_MODEL, help="model name or path (default: the embedded SmolLM2-135M)")
     p.add_argument("--source", default="rotten_tomatoes", help="review source: rotten_tomatoes, imdb or auto")
@@ -31,7 +32,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--greedy", action="store_true", help="greedy decoding instead of sampling")
     p.add_argument("--no-knowledge-transfer", action="store_true", help="the observer sees only the query")
     p.add_argument("--seed", type=int, default=0, help="seed for prompts and sampling")
-    return p.parse_args()
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def main() -> None:

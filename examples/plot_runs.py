@@ -17,7 +17,8 @@ from agents.metrics import METRICS_FILE
 from agents.plots import plot_comparison, plot_run
 
 
-def parse_args() -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (also rendered in docs/cli.md)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", action="append", required=True, metavar="LABEL=DIR[,DIR...]",
                    help="a method's label and its run folders, comma separated (repeat for each method)")
@@ -26,7 +27,12 @@ def parse_args() -> argparse.Namespace:
                    help="per-learner metric names to plot, one subplot each")
     p.add_argument("--per-run", action="store_true",
                    help="also write task_reward.png, kl.png, combined_reward.png in every run folder")
-    args = p.parse_args()
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = build_parser()
+    args = p.parse_args(argv)
     args.runs = {}
     for spec in args.run:
         label, sep, dirs = spec.partition("=")

@@ -19,6 +19,7 @@ kl.png, combined_reward.png, config.json, and checkpoints/.
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from transformers import HfArgumentParser
@@ -26,9 +27,17 @@ from transformers import HfArgumentParser
 from agents.trainer import TrainConfig, Trainer
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Keeps the description's example lines as written and shows every flag's default."""
+
+
+def build_parser() -> HfArgumentParser:
+    """The command line: one flag per TrainConfig field, its help text from the field (also docs/cli.md)."""
+    return HfArgumentParser(TrainConfig, description=__doc__, formatter_class=_HelpFormatter)
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = HfArgumentParser(TrainConfig, description=__doc__)
-    (config,) = parser.parse_args_into_dataclasses(args=argv)
+    (config,) = build_parser().parse_args_into_dataclasses(args=argv)
     trainer = Trainer(config)
     out = trainer.train()
     if not trainer.data_parallel.is_main_process:
