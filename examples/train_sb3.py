@@ -31,7 +31,7 @@ from agents.sb3 import RolloutMetricsCallback, episode_rewards, token_policy_kwa
 from cory_env.tasks.toy import TOY_PROMPTS, TOY_WORDS, echo_last_word, target_word_reward, toy_tokenizer
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--role", choices=["pioneer", "observer"], default="pioneer", help="the role PPO trains")
     p.add_argument("--with-observer", action="store_true", help="role pioneer: a fixed observer answers after it")
@@ -47,7 +47,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-episodes", type=int, default=200, help="episodes for the before/after evaluation")
     p.add_argument("--seed", type=int, default=0, help="seed for PPO and the training prompts")
     p.add_argument("--out", type=Path, default=None, help="run folder for metrics, plots and the model")
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -163,8 +163,8 @@ def custom_task(
         like: the registered task (or a :class:`~cory_env.tasks.Task`) to take the rest from.
         test_data: held-out prompts for ``split="test"``; without it, asking for the
             test split is an error.
-        pioneer_template, observer_template: ``str.format`` templates (``{query}``; the
-            observer also ``{response}``) or callables.
+        pioneer_template: a ``str.format`` template with ``{query}``, or a callable.
+        observer_template: a template with ``{query}`` and ``{response}``, or a callable.
         default_reward: reward name for this task (default: ``like``'s).
     """
     from cory_env.tasks import get_task

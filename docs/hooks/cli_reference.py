@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "python examples/train_cory.py": "examples/train_cory.py:build_parser",
     "python examples/play_episode.py": "examples/play_episode.py:build_parser",
     "python examples/plot_runs.py": "examples/plot_runs.py:build_parser",
+    "python examples/train_sb3.py": "examples/train_sb3.py:build_parser",
 }
 PAGE = "cli.md"
 MARKER = "<!-- cli-reference -->"
