@@ -6,16 +6,14 @@ held-out prompts alone, as the pioneer (``with_observer=False``), through the en
 with the same :class:`~agents.lm_actor.LMActor` and sampling settings as in training;
 ``samples_per_prompt`` (k) answers per prompt. Reported per learner:
 
-==================  ==================================================================
-``task_reward_mean``  mean task reward over all answers (``_std``: its spread)
-``kl``                exact KL to the reference summed over the response, mean over
-                      answers (what training logs as ``kl``, the paper's KL)
-``combined_reward``   ``task_reward_mean - kl_coef * kl`` (the learner's final ``kl_coef``)
-``distinct_1/2``      :func:`distinct_n` over all answers (falls when outputs collapse)
-``repetition_rate``   :func:`repetition_rate` with bigrams (rises when outputs collapse)
-``pass@1``, ``pass@k`` :func:`pass_at_k`, where an answer is correct when its reward is at
-                      least ``pass_threshold`` (default 1.0 for gsm8k, off for other tasks)
-==================  ==================================================================
+- ``task_reward_mean`` (and ``_std``): the task reward over all answers;
+- ``kl``: exact KL to the reference summed over the response, mean over answers (what
+  training logs as ``kl``: the paper's KL);
+- ``combined_reward``: ``task_reward_mean - kl_coef * kl``, with the learner's final ``kl_coef``;
+- ``distinct_1``, ``distinct_2``: :func:`distinct_n` over all answers (falls when outputs collapse);
+- ``repetition_rate``: :func:`repetition_rate` of bigrams (rises when outputs collapse);
+- ``pass@1``, ``pass@k``: :func:`pass_at_k`, an answer being correct when its reward is at
+  least ``pass_threshold`` (default 1.0 for gsm8k, off for other tasks).
 
 Example::
 
@@ -235,9 +233,7 @@ def train_config_from(saved: dict[str, Any], **overrides: Any) -> TrainConfig:
     return TrainConfig(**{**kept, "preset": "", "resume": False, "tensorboard": False, **overrides})
 
 
-def policy_from_checkpoint(
-    state: dict[str, Any], *, reward_fn: RewardFunction, device: str = "auto"
-) -> Trainer:
+def policy_from_checkpoint(state: dict[str, Any], *, reward_fn: RewardFunction, device: str = "auto") -> Trainer:
     """The learners of a loaded checkpoint: trainable weights and final KL coefficient.
 
     The run's models are rebuilt by :class:`Trainer` from its saved settings (so a LoRA run

@@ -42,7 +42,7 @@ from agents.checkpoint import latest_checkpoint
 from agents.evaluation import EvalConfig, evaluate, fmt, load_reward, markdown_table, write_json
 from agents.metrics import read_metrics
 from agents.plots import learner_columns, plot_comparison
-from agents.trainer import ALGOS, TrainConfig, Trainer
+from agents.trainer import ALGOS, TrainConfig, Trainer, apply_preset
 
 #: TrainConfig fields the benchmark sets for each run itself.
 PER_RUN = ("algo", "seed", "out", "resume", "overwrite")
@@ -167,6 +167,7 @@ def run_benchmark(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
     ``train`` holds the settings shared by every run (its algo, seed, out, resume and
     overwrite are set per run). Returns the report (also in ``report.json``).
     """
+    train = dataclasses.replace(apply_preset(train), preset="")  # the settings as the runs will use them
     out = Path(bench.out)
     out.mkdir(parents=True, exist_ok=True)
     _prepare(out, train, bench)
