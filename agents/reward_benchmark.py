@@ -168,10 +168,10 @@ def run_benchmark(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
     overwrite are set per run). Returns the report (also in ``report.json``).
     """
     train = dataclasses.replace(apply_preset(train), preset="")  # the settings as the runs will use them
+    load_reward(train.reward, train.task)  # a mistyped reward fails now, not after the first runs
     out = Path(bench.out)
     out.mkdir(parents=True, exist_ok=True)
     _prepare(out, train, bench)
-    load_reward(train.reward, train.task)  # a mistyped reward fails now, not after the first runs
     runs = [(seed, algo) for seed in range(bench.seed, bench.seed + bench.seeds) for algo in bench.algos]
     bar = tqdm(total=len(runs), desc="benchmark", unit="run", disable=not bench.progress)
     for seed, algo in runs:

@@ -104,6 +104,7 @@ def test_refuses_to_mix_or_shorten_benchmarks(benchmark):
 def test_bad_flags_are_explained(tmp_path, capsys):
     with pytest.raises(ValueError, match="cannot import reward"):
         main(["--reward", "no_such_module:score", "--out", str(tmp_path / "b"), "--progress", "false"])
+    assert not (tmp_path / "b").exists()  # nothing written: the corrected command starts afresh
     with pytest.raises(SystemExit):
         main(["--algos", "ppo", "grpo", "--out", str(tmp_path / "c")])
     assert "choose among cory, ppo" in capsys.readouterr().err
