@@ -219,6 +219,11 @@ class PPOLearner:
             "kl": kl * response_mask,
         }
 
+    def kl_to_reference(self, ep: Episode) -> np.ndarray:
+        """Exact KL to the reference summed over each response, ``(B,)``: per conversation, the
+        quantity whose batch mean ``learn`` logs as ``kl`` (used by :mod:`agents.evaluation`)."""
+        return self._score_episode(ep)["kl_exact"].sum(-1).cpu().numpy().astype(np.float64)
+
     # ------------------------------------------------------------------ learning
     def learn(self, ep: Episode) -> dict[str, float]:
         """One PPO update on one batched episode; returns the iteration's statistics.

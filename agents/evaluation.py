@@ -1,0 +1,520 @@
+"""Evaluating a policy on held-out prompts: task reward, KL to the reference, diversity, pass@k.
+
+A policy is a training run's checkpoint (every learner, or those chosen: CORY's ``llm_0`` and
+``llm_1``, PPO's ``pioneer``) or a model name evaluated as it is. Each learner answers the
+held-out prompts alone, as the pioneer (``with_observer=False``), through the environment and
+with the same :class:`~agents.lm_actor.LMActor` and sampling settings as in training;
+``samples_per_prompt`` (k) answers per prompt. Reported per learner:
+
+- ``task_reward_mean`` (and ``_std``): the task reward over all answers;
+- ``kl``: exact KL to the reference summed over the response, mean over answers (what
+  training logs as ``kl``: the paper's KL);
+- ``combined_reward``: ``task_reward_mean - kl_coef * kl``, with the learner's final ``kl_coef``;
+- ``distinct_1``, ``distinct_2``: :func:`distinct_n` over all answers (falls when outputs collapse);
+- ``repetition_rate``: :func:`repetition_rate` of bigrams (rises when outputs collapse);
+- ``pass@1``, ``pass@k``: :func:`pass_at_k`, an answer being correct when its reward is at
+  least ``pass_threshold`` (default 1.0 for gsm8k, off for other tasks).
+
+Example::
+
+    result = evaluate(EvalConfig(checkpoint="runs/cory", num_prompts=64, samples_per_prompt=4))
+    print(format_result(result))
+
+or ``python examples/evaluate.py --checkpoint runs/cory --samples-per-prompt 4``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from agents.checkpoint import latest_checkpoint, load_checkpoint
+from agents.ppo import Episode, PPOLearner
+from agents.trainer import TrainConfig, Trainer
+from cory_env import env
+from cory_env.prompts import Prompt, PromptSource
+from cory_env.rewards.base import RewardFunction
+from cory_env.templates import Template
+
+logger = logging.getLogger(__name__)
+
+# --------------------------------------------------------------------------- metrics
+
+
+def ngrams(tokens: Sequence[int], n: int) -> list[tuple[int, ...]]:
+    """The ``n``-grams of one token sequence, in order (none if it is shorter than ``n``)."""
+    if n < 1:
+        raise ValueError(f"n must be at least 1, got {n}")
+    tokens = list(tokens)
+    return [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+
+
+def distinct_n(responses: Sequence[Sequence[int]], n: int) -> float:
+    """Distinct-n (Li et al., 2016, "A Diversity-Promoting Objective Function for Neural
+    Conversation Models"): the number of distinct ``n``-grams divided by the number of
+    ``n``-grams, pooled over all responses (token ids).
+
+    1.0 when no ``n``-gram occurs twice anywhere; near 0 when every response says the same
+    thing. NaN when no response has ``n`` tokens.
+
+    >>> distinct_n([[1, 2, 3], [1, 2, 4]], 1)  # 4 distinct of 6 unigrams
+    0.6666666666666666
+    """
+    grams = [g for r in responses for g in ngrams(r, n)]
+    return len(set(grams)) / len(grams) if grams else float("nan")
+
+
+def repetition_rate(responses: Sequence[Sequence[int]], n: int = 2) -> float:
+    """seq-rep-n (Welleck et al., 2020, "Neural Text Generation with Unlikelihood Training"):
+    the share of a response's ``n``-grams that repeat an earlier ``n``-gram of the same
+    response, ``1 - |distinct n-grams| / |n-grams|``, averaged over the responses.
+
+    Unlike :func:`distinct_n` it looks inside each response: "marvelous marvelous marvelous"
+    scores 0.5 with ``n=2`` (two bigrams, one distinct). Responses shorter than ``n`` tokens
+    have no ``n``-gram and are left out; NaN when none is long enough.
+
+    >>> repetition_rate([[5, 5, 5], [1, 2, 3]], n=2)  # (1 - 1/2 + 1 - 2/2) / 2
+    0.25
+    """
+    rates = [1 - len(set(g)) / len(g) for g in (ngrams(r, n) for r in responses) if g]
+    return float(np.mean(rates)) if rates else float("nan")
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k (Chen et al., 2021, "Evaluating Large Language Models Trained on Code"):
+    the probability that at least one of ``k`` answers drawn without replacement from ``n``
+    sampled answers, ``c`` of them correct, is correct: ``1 - C(n-c, k) / C(n, k)``.
+
+    Computed as ``1 - prod_{i=n-c+1}^{n} (1 - k / i)``, which never forms the (huge)
+    binomial coefficients.
+
+    >>> pass_at_k(n=4, c=1, k=2)  # 1 - C(3, 2) / C(4, 2) = 1 - 3/6
+    0.5
+    """
+    for name, value in (("n", n), ("c", c), ("k", k)):
+        if isinstance(value, bool) or int(value) != value:
+            raise TypeError(f"pass_at_k needs integer n, c, k; got {name}={value!r}")
+    if not 0 <= c <= n:
+        raise ValueError(f"the number of correct answers c={c} must lie in [0, n={n}]")
+    if not 1 <= k <= n:
+        raise ValueError(f"k={k} must lie in [1, n={n}]: pass@k needs at least k samples per question")
+    if n - c < k:  # every k-subset holds a correct answer
+        return 1.0
+    return 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1, dtype=np.float64)))
+
+
+def mean_pass_at_k(correct: np.ndarray, k: int) -> float:
+    """pass@k averaged over questions; ``correct`` is ``(questions, n)`` booleans."""
+    correct = np.asarray(correct, dtype=bool)
+    n = correct.shape[1]
+    return float(np.mean([pass_at_k(n, int(c), k) for c in correct.sum(axis=1)]))
+
+
+# ------------------------------------------------------------- task and reward registry
+# The one place that knows where tasks and rewards come from. With the task registry
+# (`cory_env.tasks.get_task`) and the reward registry (`cory_env.rewards.get_reward`)
+# installed, they are used; before them, the sentiment task and agents.trainer.resolve_reward.
+
+
+def task_prompts(
+    task: str, tokenizer: Any, *, split: str = "test", seed: int = 0, source: str = "auto"
+) -> tuple[PromptSource, Template]:
+    """The task's prompt source for ``split`` and the pioneer's template."""
+    try:
+        from cory_env.tasks import get_task  # type: ignore[attr-defined]
+    except ImportError:  # no task registry yet: the sentiment task only
+        from cory_env.tasks.sentiment import sentiment_prompts
+        from cory_env.templates import SENTIMENT_PIONEER
+
+        if task != "sentiment":
+            raise ValueError(f"unknown task {task!r}: this installation has the task 'sentiment' only") from None
+        return sentiment_prompts(tokenizer, source=source, split=split), SENTIMENT_PIONEER
+    spec = get_task(task)
+    return spec.prompts(tokenizer, split=split, seed=seed, source=source), spec.pioneer_template
+
+
+def load_reward(name: str, task: str, device: torch.device | None = None) -> tuple[str, RewardFunction]:
+    """``(name, function)`` of the reward ``name``, or of the task's default reward when ``name`` is empty."""
+    try:
+        from cory_env.rewards import get_reward  # type: ignore[attr-defined]
+    except ImportError:  # no reward registry yet
+        from agents.trainer import resolve_reward
+
+        return (name or "vader"), resolve_reward(name or "vader", device or torch.device("cpu"))
+    if not name:
+        from cory_env.tasks import get_task  # type: ignore[attr-defined]
+
+        default = get_task(task).default_reward
+        if callable(default):
+            return getattr(default, "__name__", "default"), default
+        name = default
+    return name, get_reward(name, device=device)
+
+
+# ------------------------------------------------------------------------- settings
+
+
+def _f(default: Any, help: str, **kw: Any) -> Any:
+    return field(default=default, metadata={"help": help, **kw})
+
+
+@dataclass
+class EvalConfig:
+    """What to evaluate and how; each field is a flag of examples/evaluate.py. Empty means "the run's"."""
+
+    checkpoint: str = _f("", "a run folder (its newest checkpoint) or a checkpoint file checkpoints/iter_NNNNNN.pt")
+    model: str = _f("", "instead of --checkpoint: a model name or path, evaluated as it is (its KL is 0)")
+    learner: str = _f("", "learners to evaluate, comma separated (CORY: llm_0,llm_1; PPO: pioneer); default: all")
+    task: str = _f("", "task; default: the run's (sentiment for --model)")
+    reward: str = _f("", "reward name or package.module:function; default: the run's (the task's for --model)")
+    source: str = _f("", "prompt data (sentiment: auto, imdb, rotten_tomatoes); default: the run's")
+    split: str = _f("test", "held-out split of the task's prompts")
+    num_prompts: int = _f(64, "distinct held-out prompts")
+    samples_per_prompt: int = _f(1, "answers sampled per prompt (k of pass@k)")
+    batch_size: int = _f(32, "conversations generated together")
+    max_new_tokens: int = _f(0, "response length limit; 0: the run's --max-new-tokens")
+    context_length: int = _f(0, "observation width; 0: the run's")
+    pass_threshold: float | None = _f(
+        None, "an answer is correct when its reward is >= this (pass@k); default 1.0 for gsm8k, off otherwise"
+    )
+    seed: int = _f(0, "seed of the prompt choice and of sampling")
+    out: str = _f("", "JSON file to write; default: <run>/evaluation.json, or evaluation.json for --model")
+    device: str = _f("auto", "cpu, cuda, or auto")
+
+    def __post_init__(self) -> None:
+        if bool(self.checkpoint) == bool(self.model):
+            raise ValueError("give exactly one of --checkpoint (a training run) and --model (a model name or path)")
+        for name in ("num_prompts", "samples_per_prompt", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+
+
+# ------------------------------------------------------------------ loading a policy
+
+
+def find_checkpoint(path: str | Path) -> Path:
+    """The checkpoint file of ``path``: the file itself, or the newest one of a run folder (or of its checkpoints/)."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    found = None
+    if path.is_dir():
+        found = latest_checkpoint(path.parent if path.name == "checkpoints" else path)
+    if found is None:
+        raise FileNotFoundError(
+            f"no checkpoint at {path}: give a run folder holding checkpoints/iter_NNNNNN.pt (written by "
+            f"examples/train_cory.py), a checkpoint file, or use --model for a model name"
+        )
+    return found
+
+
+def run_folder(checkpoint: Path) -> Path:
+    """The run folder a checkpoint file belongs to (``<run>/checkpoints/iter_NNNNNN.pt``)."""
+    return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
+
+
+def train_config_from(saved: dict[str, Any], **overrides: Any) -> TrainConfig:
+    """Rebuild a run's :class:`TrainConfig` from the ``config`` a checkpoint holds."""
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    unknown = sorted(set(saved) - names)
+    if unknown:
+        logger.warning("checkpoint settings unknown to this version are ignored: %s", ", ".join(unknown))
+    kept = {k: v for k, v in saved.items() if k in names}
+    return TrainConfig(**{**kept, "preset": "", "resume": False, "tensorboard": False, **overrides})
+
+
+def policy_from_checkpoint(state: dict[str, Any], *, reward_fn: RewardFunction, device: str = "auto") -> Trainer:
+    """The learners of a loaded checkpoint: trainable weights and final KL coefficient.
+
+    The run's models are rebuilt by :class:`Trainer` from its saved settings (so a LoRA run
+    gets its shared base, whose adapter-free forward is the reference), then each learner's
+    weights are loaded.
+    """
+    config = train_config_from(state["config"], device=device)
+    trainer = Trainer(config, prompts=_UNUSED_PROMPTS, reward_fn=reward_fn)
+    for name, learner in trainer.learners.items():
+        learner.model.load_trainable_state_dict(state["learners"][name]["model"])
+        learner.kl_ctl.load_state_dict(state["learners"][name]["kl_ctl"])
+    return trainer
+
+
+def policy_from_model(model: str, *, reward_fn: RewardFunction, device: str = "auto") -> Trainer:
+    """A model as it is: one ``pioneer`` learner whose reference is the same model (KL 0)."""
+    config = TrainConfig(algo="ppo", model=model, device=device, tensorboard=False)
+    return Trainer(config, prompts=_UNUSED_PROMPTS, reward_fn=reward_fn)
+
+
+# The Trainer builds a training environment of its own, which evaluation never plays.
+_UNUSED_PROMPTS = ["(unused: evaluation builds its own environments)"]
+
+
+# ----------------------------------------------------------------------- generation
+
+
+def held_out_prompts(source: PromptSource, n: int, seed: int = 0) -> list[Prompt]:
+    """``n`` prompts with distinct queries drawn from ``source`` (fewer, with a warning, if it has fewer)."""
+    rng = np.random.default_rng(seed)
+    chosen: dict[str, Prompt] = {}
+    barren = 0
+    while len(chosen) < n and barren < 3:  # three rounds without a new query: the source is exhausted
+        before = len(chosen)
+        for prompt in source.sample(rng, n - len(chosen)):
+            if len(chosen) < n:
+                chosen.setdefault(prompt.query, prompt)
+        barren = barren + 1 if len(chosen) == before else 0
+    if len(chosen) < n:
+        logger.warning("only %d distinct prompts found of the %d asked for", len(chosen), n)
+    return list(chosen.values())
+
+
+class _InOrder:
+    """A prompt source that hands out exactly its prompts, in order: one evaluation batch."""
+
+    def __init__(self, prompts: Sequence[Prompt]):
+        self.prompts = list(prompts)
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    def sample(self, rng: np.random.Generator, n: int) -> list[Prompt]:
+        if n != len(self.prompts):
+            raise ValueError(f"this batch holds {len(self.prompts)} prompts, {n} were asked for")
+        return list(self.prompts)
+
+
+def sample_answers(
+    learner: PPOLearner,
+    tokenizer: Any,
+    prompts: Sequence[Prompt],
+    reward_fn: RewardFunction,
+    *,
+    max_new_tokens: int,
+    context_length: int,
+    pioneer_template: Template = "{query}",
+    batch_size: int = 32,
+    seed: int = 0,
+    progress: bool = True,
+    desc: str = "evaluate",
+) -> list[dict[str, Any]]:
+    """Play ``prompts`` (in order) with ``learner`` as the pioneer alone; one record per answer:
+    query, response (text and token ids without special tokens), length, task reward, KL."""
+    learner.sampling_generator.manual_seed(seed)
+    special = set(tokenizer.all_special_ids)
+    records: list[dict[str, Any]] = []
+    for start in tqdm(range(0, len(prompts), batch_size), desc=desc, unit="batch", disable=not progress, leave=False):
+        batch = prompts[start : start + batch_size]
+        game = env(
+            tokenizer=tokenizer, prompts=_InOrder(batch), reward_fn=reward_fn, num_conversations=len(batch),
+            max_new_tokens=max_new_tokens, context_length=context_length, pioneer_template=pioneer_template,
+            with_observer=False,
+        )  # fmt: skip
+        game.reset(seed=seed)
+        for agent in game.agent_iter():
+            observation, _, terminated, truncated, info = game.last()
+            if terminated or truncated:
+                episode, final = Episode.from_final_step(observation, info), info
+                game.step(None)
+            else:
+                game.step(learner.act(agent, observation))
+        kl = learner.kl_to_reference(episode)
+        width = episode.response_width
+        ids, mask = episode.input_ids[:, -width:].tolist(), episode.attention_mask[:, -width:].tolist()
+        for b in range(len(batch)):
+            records.append(dict(
+                query=final["query"][b], response=final["response"][b],
+                response_ids=[t for t, m in zip(ids[b], mask[b]) if m and t not in special],
+                response_length=int(final["response_length"][b]), task_reward=float(final["task_reward"][b]),
+                kl=float(kl[b]),
+            ))  # fmt: skip
+    return records
+
+
+def summarize(
+    records: Sequence[dict[str, Any]],
+    *,
+    samples_per_prompt: int,
+    kl_coef: float,
+    pass_threshold: float | None = None,
+    num_examples: int = 3,
+) -> dict[str, Any]:
+    """The metrics of one learner's answers; ``records`` hold ``samples_per_prompt`` answers per prompt, in a row."""
+    rewards = np.array([r["task_reward"] for r in records])
+    kl = np.array([r["kl"] for r in records])
+    tokens = [r["response_ids"] for r in records]
+    summary: dict[str, Any] = {
+        "task_reward_mean": float(rewards.mean()),
+        "task_reward_std": float(rewards.std()),
+        "kl": float(kl.mean()),
+        "kl_std": float(kl.std()),
+        "kl_coef": float(kl_coef),
+        "combined_reward": float(rewards.mean() - kl_coef * kl.mean()),
+        "distinct_1": distinct_n(tokens, 1),
+        "distinct_2": distinct_n(tokens, 2),
+        "repetition_rate": repetition_rate(tokens, 2),
+        "response_length": float(np.mean([r["response_length"] for r in records])),
+        "answers": len(records),
+    }
+    if pass_threshold is not None:
+        correct = (rewards >= pass_threshold).reshape(-1, samples_per_prompt)
+        for k in sorted({1, samples_per_prompt}):
+            summary[f"pass@{k}"] = mean_pass_at_k(correct, k)
+    summary["examples"] = [
+        {key: r[key] for key in ("query", "response", "task_reward", "kl")} for r in records[:num_examples]
+    ]
+    return summary
+
+
+def evaluate_learners(
+    learners: dict[str, PPOLearner],
+    tokenizer: Any,
+    prompts: Sequence[Prompt],
+    reward_fn: RewardFunction,
+    *,
+    samples_per_prompt: int = 1,
+    pass_threshold: float | None = None,
+    progress: bool = True,
+    **generation: Any,
+) -> dict[str, dict[str, Any]]:
+    """Each learner answers every prompt ``samples_per_prompt`` times (same prompts and seed for
+    all learners); ``generation`` goes to :func:`sample_answers`. Returns learner -> :func:`summarize`."""
+    repeated = [p for p in prompts for _ in range(samples_per_prompt)]
+    results = {}
+    for name, learner in learners.items():
+        records = sample_answers(learner, tokenizer, repeated, reward_fn, progress=progress, desc=name, **generation)
+        results[name] = summarize(records, samples_per_prompt=samples_per_prompt, kl_coef=learner.kl_ctl.value,
+                                  pass_threshold=pass_threshold)  # fmt: skip
+    return results
+
+
+def evaluate(config: EvalConfig, *, progress: bool = True, write: bool = True) -> dict[str, Any]:
+    """Load the policy, answer the held-out prompts, and (``write``) save the JSON; returns the result."""
+    auto = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(auto if config.device == "auto" else config.device)
+    if config.checkpoint:
+        path = find_checkpoint(config.checkpoint)
+        state = load_checkpoint(path)
+        run = train_config_from(state["config"])
+        policy = {"checkpoint": str(path), "iterations_trained": int(state["iteration"]), "algo": run.algo,
+                  "model": run.model}  # fmt: skip
+        task = config.task or run.task
+        reward_name, reward_fn = load_reward(config.reward or run.reward, task, device)
+        trainer = policy_from_checkpoint(state, reward_fn=reward_fn, device=config.device)
+        del state  # optimizer moments: not needed any more
+        out = Path(config.out) if config.out else run_folder(path) / "evaluation.json"
+    else:
+        run, policy = TrainConfig(model=config.model), {"model": config.model}
+        task = config.task or "sentiment"
+        reward_name, reward_fn = load_reward(config.reward, task, device)
+        trainer = policy_from_model(config.model, reward_fn=reward_fn, device=config.device)
+        out = Path(config.out or "evaluation.json")
+    learners = _chosen_learners(trainer.learners, config.learner)
+    tokenizer = trainer.game.unwrapped.tokenizer
+    source = config.source or getattr(run, "review_source", "auto")
+    prompt_source, pioneer_template = task_prompts(task, tokenizer, split=config.split, seed=config.seed, source=source)
+    prompts = held_out_prompts(prompt_source, config.num_prompts, config.seed)
+    threshold = config.pass_threshold if config.pass_threshold is not None else (1.0 if task == "gsm8k" else None)
+    max_new_tokens = config.max_new_tokens or run.max_new_tokens
+    results = evaluate_learners(
+        learners, tokenizer, prompts, reward_fn, samples_per_prompt=config.samples_per_prompt,
+        pass_threshold=threshold, progress=progress, max_new_tokens=max_new_tokens,
+        context_length=config.context_length or run.context_length, pioneer_template=pioneer_template,
+        batch_size=config.batch_size, seed=config.seed,
+    )  # fmt: skip
+    result = {
+        "policy": policy, "task": task, "reward": reward_name, "split": config.split, "source": source,
+        "num_prompts": len(prompts), "samples_per_prompt": config.samples_per_prompt, "max_new_tokens": max_new_tokens,
+        "pass_threshold": threshold, "seed": config.seed, "settings": dataclasses.asdict(config), "learners": results,
+    }  # fmt: skip
+    if write:
+        result["path"] = str(write_json(out, result))
+    return result
+
+
+def _chosen_learners(learners: dict[str, PPOLearner], spec: str) -> dict[str, PPOLearner]:
+    if not spec:
+        return dict(learners)
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in names if n not in learners]
+    if unknown:
+        raise ValueError(f"--learner {', '.join(unknown)}: this policy's learners are {', '.join(learners)}")
+    return {n: learners[n] for n in names}
+
+
+# --------------------------------------------------------------------------- output
+
+
+def jsonable(value: Any) -> Any:
+    """NaN and infinities as ``null`` (strict JSON), numpy scalars as Python numbers."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, (np.floating, np.integer)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def write_json(path: str | Path, data: Any) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(jsonable(data), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def fmt(value: Any, spread: Any = None, digits: int = 3) -> str:
+    """A number for a table (``n/a`` when missing or not finite), with ``± spread`` if given."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "n/a"
+    if not isinstance(value, (float, np.floating)):
+        return str(value)
+    text = f"{value:.{digits}f}"
+    if spread is not None and isinstance(spread, (float, np.floating)) and math.isfinite(spread):
+        text += f" ± {spread:.{digits}f}"
+    return text
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A Markdown table with columns padded to equal width, readable as plain text too."""
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
+    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
+
+
+EVAL_COLUMNS = (
+    ("task_reward_mean", "task reward"), ("kl", "KL"), ("combined_reward", "combined"),
+    ("distinct_1", "distinct-1"), ("distinct_2", "distinct-2"), ("repetition_rate", "repetition"),
+    ("response_length", "length"),
+)  # fmt: skip
+
+
+def format_result(result: dict[str, Any]) -> str:
+    """A readable table of :func:`evaluate`'s result, one row per learner."""
+    learners = result["learners"]
+    passes = sorted({k for m in learners.values() for k in m if k.startswith("pass@")}, key=lambda k: int(k[5:]))
+    header = ["learner", *(h for _, h in EVAL_COLUMNS), *passes]
+    rows = []
+    for name, m in learners.items():
+        spread = {"task_reward_mean": m.get("task_reward_std")}
+        cells = [fmt(m[key], spread.get(key)) for key, _ in EVAL_COLUMNS]
+        rows.append([name, *cells, *(fmt(m.get(p)) for p in passes)])
+    policy = result["policy"]
+    what = policy.get("checkpoint") or policy["model"]
+    title = (
+        f"{what}: {result['task']} ({result['split']} split), reward {result['reward']}, "
+        f"{result['num_prompts']} prompts x {result['samples_per_prompt']} samples"
+    )
+    return title + "\n\n" + markdown_table(header, rows)

@@ -1,0 +1,127 @@
+"""The reward-benchmarking harness end to end at toy scale: runs, resume, report, plots, refusals."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import tomllib
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from agents.reward_benchmark import main
+
+from .toy import save_tiny_llama, toy_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+RUNS = ("ppo/seed0", "cory/seed0", "ppo/seed1", "cory/seed1")
+
+
+def toy_args(model: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "--model", str(model), "--reward", "tests.toy:fraction_good", "--review-source", "rotten_tomatoes",
+        "--batch-size", "4", "--mini-batch-size", "2", "--ppo-epochs", "1", "--lr", "3e-2",
+        "--min-new-tokens", "3", "--max-new-tokens", "4", "--context-length", "48", "--tensorboard", "false",
+        "--eval-prompts", "4", "--eval-samples-per-prompt", "2", "--eval-batch-size", "8", "--progress", "false",
+        "--out", str(out), *extra,
+    ]  # fmt: skip
+
+
+def mtimes(out: Path) -> dict[str, int]:
+    return {str(p.relative_to(out)): p.stat().st_mtime_ns for p in out.glob("*/seed*/**/*") if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def benchmark(tmp_path_factory):
+    """A half-finished benchmark (1 seed, 1 iteration), extended to 2 seeds x 2 iterations, then rerun."""
+    model = save_tiny_llama(tmp_path_factory.mktemp("toy_llama"), toy_tokenizer())
+    out = tmp_path_factory.mktemp("bench")
+    main(toy_args(model, out, "--seeds", "1", "--iterations", "1"))
+    first = {run: pd.read_csv(out / run / "metrics.csv") for run in RUNS[:2]}
+    assert not (out / "ppo" / "seed1").exists()
+    main(toy_args(model, out, "--seeds", "2", "--iterations", "2", "--resume"))
+    before = mtimes(out)
+    main(toy_args(model, out, "--seeds", "2", "--iterations", "2", "--resume"))
+    return model, out, first, before
+
+
+def test_runs_are_resumed_not_retrained(benchmark):
+    _, out, first, _ = benchmark
+    for run in RUNS:
+        metrics = pd.read_csv(out / run / "metrics.csv")
+        assert metrics["iteration"].tolist() == [0, 1], run
+        assert (out / run / "checkpoints" / "iter_000001.pt").exists()
+    for run, metrics in first.items():  # seed 0: its first iteration kept, the second added by resuming
+        resumed = pd.read_csv(out / run / "metrics.csv")
+        pd.testing.assert_frame_equal(resumed.iloc[:1], metrics, check_exact=True)
+
+
+def test_a_finished_benchmark_is_not_run_again(benchmark):
+    _, out, _, before = benchmark
+    assert mtimes(out) == before  # no checkpoint, metrics or evaluation rewritten
+
+
+def test_report_rows_and_values(benchmark):
+    _, out, _, _ = benchmark
+    report = json.loads((out / "report.json").read_text())
+    rows = [(r["algo"], r["learner"]) for r in report["summary"]]
+    assert rows == [("ppo", "pioneer"), ("cory", "llm_0"), ("cory", "llm_1"), ("cory", "mean")]
+    for row in report["summary"]:
+        assert row["seeds"] == 2
+        for part, metrics in (("train", ("task_reward_mean", "kl", "combined_reward")),
+                              ("eval", ("task_reward_mean", "kl", "combined_reward", "distinct_1", "distinct_2",
+                                        "repetition_rate"))):  # fmt: skip
+            for m in metrics:
+                cell = row[part][m]
+                assert len(cell["values"]) == 2 and all(math.isfinite(v) for v in cell["values"]), (row["algo"], m)
+                assert cell["mean"] == pytest.approx(sum(cell["values"]) / 2)
+        assert row["eval"]["kl"]["mean"] > 0  # trained away from the reference
+    # the report's training numbers are the runs' last rows
+    last = pd.read_csv(out / "ppo" / "seed1" / "metrics.csv").iloc[-1]
+    assert report["runs"]["ppo/seed1"]["train"]["pioneer"]["kl"] == pytest.approx(last["pioneer/kl"])
+    evaluation = json.loads((out / "cory" / "seed0" / "evaluation.json").read_text())
+    assert evaluation["policy"]["iterations_trained"] == 2 and evaluation["num_prompts"] == 4
+    md = (out / "report.md").read_text()
+    assert "| cory | llm_1" in md and "distinct-2" in md and " ± " in md and "![kl](kl.png)" in md
+    for png in ("task_reward.png", "kl.png", "combined_reward.png"):
+        assert (out / png).read_bytes()[:8] == PNG_MAGIC
+
+
+def test_refuses_to_mix_or_shorten_benchmarks(benchmark):
+    model, out, _, before = benchmark
+    with pytest.raises(FileExistsError, match="--resume.*--overwrite"):
+        main(toy_args(model, out, "--seeds", "2", "--iterations", "2"))
+    with pytest.raises(ValueError, match=r"--kl-coef 0\.3 -> 0\.1"):
+        main(toy_args(model, out, "--seeds", "2", "--iterations", "2", "--kl-coef", "0.1", "--resume"))
+    with pytest.raises(ValueError, match="would shorten them"):
+        main(toy_args(model, out, "--seeds", "2", "--iterations", "1", "--resume"))
+    assert mtimes(out) == before
+
+
+def test_bad_flags_are_explained(tmp_path, capsys):
+    with pytest.raises(ValueError, match="cannot import reward"):
+        main(["--reward", "no_such_module:score", "--out", str(tmp_path / "b"), "--progress", "false"])
+    assert not (tmp_path / "b").exists()  # nothing written: the corrected command starts afresh
+    with pytest.raises(SystemExit):
+        main(["--algos", "ppo", "grpo", "--out", str(tmp_path / "c")])
+    assert "choose among cory, ppo" in capsys.readouterr().err
+
+
+def test_help_lists_training_and_benchmark_flags(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    for flag in ("--reward", "--seeds", "--iterations", "--batch-size", "--kl-coef", "--eval-prompts", "--resume"):
+        assert flag in text, flag
+    assert "--algo " not in text and "--algos" in text  # the benchmark sets each run's algo itself
+
+
+def test_console_script_and_module_entry_points():
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    module, _, function = scripts["cory-bench"].partition(":")
+    assert getattr(importlib.import_module(module), function) is main
+    assert 'if __name__ == "__main__":\n    main()' in (ROOT / "agents" / "reward_benchmark.py").read_text()
