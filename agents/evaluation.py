@@ -40,10 +40,12 @@ from tqdm.auto import tqdm
 
 from agents.checkpoint import latest_checkpoint, load_checkpoint
 from agents.ppo import Episode, PPOLearner
-from agents.trainer import TrainConfig, Trainer
+from agents.trainer import TrainConfig, Trainer, build_task, prompt_source_name, with_task_defaults
 from cory_env import env
 from cory_env.prompts import Prompt, PromptSource
+from cory_env.rewards import get_reward
 from cory_env.rewards.base import RewardFunction
+from cory_env.tasks import get_task
 from cory_env.templates import Template
 
 logger = logging.getLogger(__name__)
@@ -120,40 +122,20 @@ def mean_pass_at_k(correct: np.ndarray, k: int) -> float:
     return float(np.mean([pass_at_k(n, int(c), k) for c in correct.sum(axis=1)]))
 
 
-# ------------------------------------------------------------- task and reward registry
-# The one place that knows where tasks and rewards come from. With the task registry
-# (`cory_env.tasks.get_task`) and the reward registry (`cory_env.rewards.get_reward`)
-# installed, they are used; before them, the sentiment task and agents.trainer.resolve_reward.
-
-
+# ------------------------------------------------------------- task and reward
 def task_prompts(
-    task: str, tokenizer: Any, *, split: str = "test", seed: int = 0, source: str = "auto"
+    run: TrainConfig | str, tokenizer: Any, *, split: str = "test", seed: int = 0, source: str = "auto"
 ) -> tuple[PromptSource, Template]:
-    """The task's prompt source for ``split`` and the pioneer's template."""
-    try:
-        from cory_env.tasks import get_task  # type: ignore[attr-defined]
-    except ImportError:  # no task registry yet: the sentiment task only
-        from cory_env.tasks.sentiment import sentiment_prompts
-        from cory_env.templates import SENTIMENT_PIONEER
-
-        if task != "sentiment":
-            raise ValueError(f"unknown task {task!r}: this installation has the task 'sentiment' only") from None
-        return sentiment_prompts(tokenizer, source=source, split=split), SENTIMENT_PIONEER
-    spec = get_task(task)
-    return spec.prompts(tokenizer, split=split, seed=seed, source=source), spec.pioneer_template
+    """The prompt source for ``split`` of a task (by name) or of a run's task (``--task``, or its
+    ``--task-file``), and the pioneer's template (the run's own, else the task's)."""
+    run = TrainConfig(task=run) if isinstance(run, str) else run
+    task = build_task(run)
+    return task.prompts(tokenizer, split=split, seed=seed, source=source), run.pioneer_template or task.pioneer_template
 
 
 def load_reward(name: str, task: str, device: torch.device | None = None) -> tuple[str, RewardFunction]:
     """``(name, function)`` of the reward ``name``, or of the task's default reward when ``name`` is empty."""
-    try:
-        from cory_env.rewards import get_reward  # type: ignore[attr-defined]
-    except ImportError:  # no reward registry yet
-        from agents.trainer import resolve_reward
-
-        return (name or "vader"), resolve_reward(name or "vader", device or torch.device("cpu"))
     if not name:
-        from cory_env.tasks import get_task  # type: ignore[attr-defined]
-
         default = get_task(task).default_reward
         if callable(default):
             return getattr(default, "__name__", "default"), default
@@ -407,20 +389,22 @@ def evaluate(config: EvalConfig, *, progress: bool = True, write: bool = True) -
         policy = {"checkpoint": str(path), "iterations_trained": int(state["iteration"]), "algo": run.algo,
                   "model": run.model}  # fmt: skip
         task = config.task or run.task
-        reward_name, reward_fn = load_reward(config.reward or run.reward, task, device)
+        reward_name, reward_fn = load_reward(config.reward or (run.reward if task == run.task else ""), task, device)
         trainer = policy_from_checkpoint(state, reward_fn=reward_fn, device=config.device)
         del state  # optimizer moments: not needed any more
         out = Path(config.out) if config.out else run_folder(path) / "evaluation.json"
     else:
-        run, policy = TrainConfig(model=config.model), {"model": config.model}
         task = config.task or "sentiment"
+        run, policy = with_task_defaults(TrainConfig(model=config.model, task=task), get_task(task)), {"model": config.model}
         reward_name, reward_fn = load_reward(config.reward, task, device)
         trainer = policy_from_model(config.model, reward_fn=reward_fn, device=config.device)
         out = Path(config.out or "evaluation.json")
     learners = _chosen_learners(trainer.learners, config.learner)
     tokenizer = trainer.game.unwrapped.tokenizer
-    source = config.source or getattr(run, "review_source", "auto")
-    prompt_source, pioneer_template = task_prompts(task, tokenizer, split=config.split, seed=config.seed, source=source)
+    if task != run.task:  # another task than the run was trained on: that task's own prompts and template
+        run = dataclasses.replace(run, task=task, task_file="", pioneer_template="", prompt_source="auto")
+    source = config.source or prompt_source_name(run)
+    prompt_source, pioneer_template = task_prompts(run, tokenizer, split=config.split, seed=config.seed, source=source)
     prompts = held_out_prompts(prompt_source, config.num_prompts, config.seed)
     threshold = config.pass_threshold if config.pass_threshold is not None else (1.0 if task == "gsm8k" else None)
     max_new_tokens = config.max_new_tokens or run.max_new_tokens

@@ -222,7 +222,13 @@ class PPOLearner:
     def kl_to_reference(self, ep: Episode) -> np.ndarray:
         """Exact KL to the reference summed over each response, ``(B,)``: per conversation, the
         quantity whose batch mean ``learn`` logs as ``kl`` (used by :mod:`agents.evaluation`)."""
-        return self._score_episode(ep)["kl_exact"].sum(-1).cpu().numpy().astype(np.float64)
+        T = ep.response_width
+        ids, attn = ep.input_ids.to(self.device), ep.attention_mask.to(self.device)
+        self.model.eval()
+        with torch.no_grad():
+            logits, values = self._forward(ids, attn, T)
+        s = self._score(logits, values, self._reference_logits(ids, attn, T), ids[:, -T:], attn[:, -T:].float())
+        return s["kl_exact"].sum(-1).cpu().numpy().astype(np.float64)
 
     # ------------------------------------------------------------------ learning
     def learn(self, ep: Episode) -> dict[str, float]:

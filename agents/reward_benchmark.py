@@ -25,6 +25,7 @@ same), a half-finished run continues from its newest checkpoint exactly as
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import gc
 import json
@@ -309,10 +310,14 @@ def format_report(report: dict[str, Any]) -> str:
 # ------------------------------------------------------------------------- command line
 
 
-def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, BenchmarkConfig]:
+def build_parser() -> argparse.ArgumentParser:
     from transformers import HfArgumentParser
 
-    parser = HfArgumentParser((TrainingFlags, BenchmarkConfig), description=__doc__)
+    return HfArgumentParser((TrainingFlags, BenchmarkConfig), description=__doc__, prog="cory-bench")
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, BenchmarkConfig]:
+    parser = build_parser()
     try:
         flags, bench = parser.parse_args_into_dataclasses(args=argv)
     except ValueError as exc:

@@ -21,8 +21,12 @@ from transformers import HfArgumentParser
 from agents.evaluation import EvalConfig, evaluate, format_result
 
 
+def build_parser() -> HfArgumentParser:
+    return HfArgumentParser(EvalConfig, description=__doc__)
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = HfArgumentParser(EvalConfig, description=__doc__)
+    parser = build_parser()
     try:
         (config,) = parser.parse_args_into_dataclasses(args=argv)
     except ValueError as exc:  # EvalConfig's checks: say it the argparse way

@@ -102,7 +102,7 @@ def test_refuses_to_mix_or_shorten_benchmarks(benchmark):
 
 
 def test_bad_flags_are_explained(tmp_path, capsys):
-    with pytest.raises(ValueError, match="cannot import reward"):
+    with pytest.raises(ValueError, match="cannot import the module 'no_such_module'"):
         main(["--reward", "no_such_module:score", "--out", str(tmp_path / "b"), "--progress", "false"])
     assert not (tmp_path / "b").exists()  # nothing written: the corrected command starts afresh
     with pytest.raises(SystemExit):

@@ -24,6 +24,8 @@ COMMANDS: dict[str, str] = {
     "python examples/play_episode.py": "examples/play_episode.py:build_parser",
     "python examples/plot_runs.py": "examples/plot_runs.py:build_parser",
     "python examples/train_sb3.py": "examples/train_sb3.py:build_parser",
+    "python examples/evaluate.py": "examples/evaluate.py:build_parser",
+    "cory-bench": "agents.reward_benchmark:build_parser",
 }
 PAGE = "cli.md"
 MARKER = "<!-- cli-reference -->"
