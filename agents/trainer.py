@@ -6,7 +6,9 @@ state, value head, KL controller and score statistics (the authors' code rebuilt
 trainers from disk every exchange, losing all but the weights). PPO plays the same
 environment with the pioneer alone and its own task reward.
 
-Each iteration: one batched episode (the rollout), then a PPO update per learner.
+Each iteration: one batched episode (the rollout), then an update per learner. A learner
+is built by the factory ``LEARNERS[config.learner]`` (``--learner ppo|grpo|rloo``); any
+object with the :class:`~agents.learner.Learner` interface can be registered there.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import json
 import random
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,18 +31,46 @@ from tqdm.auto import tqdm
 from trl.trainer.utils import disable_dropout_in_model
 
 from agents.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from agents.grpo import GRPOConfig, GRPOLearner
+from agents.kl import ESTIMATORS
+from agents.learner import Episode, Learner
 from agents.metrics import MetricsLogger
 from agents.plots import plot_run
-from agents.ppo import Episode, PPOConfig, PPOLearner
+from agents.ppo import PPOConfig, PPOLearner
 from agents.value_model import CausalLMWithValueHead
 from cory_env import CollectiveRewardWrapper, RoleExchangeWrapper, env
 from cory_env.models import EMBEDDED_MODEL, load_causal_lm, load_tokenizer
-from cory_env.prompts import PromptSource
+from cory_env.prompts import PromptSource, repeat_each
 from cory_env.rewards.base import RewardFunction
 from cory_env.tasks.sentiment import sentiment_prompts
 
 ALGOS = ("cory", "ppo")
 ROLE_IDS = {"pioneer": 0, "observer": 1}
+
+#: Builds one learner: ``factory(config, *, policy, reference, seed, sampling, device)``, where
+#: ``policy`` is this learner's trainable causal LM (full copy or LoRA adapter view, on ``device``),
+#: ``reference`` the frozen reference shared by all learners, ``sampling`` LMActor's keyword arguments.
+LearnerFactory = Callable[..., Learner]
+
+
+def ppo_learner(config: TrainConfig, *, policy, reference, seed, sampling, device) -> PPOLearner:
+    """PPO-LLM: the policy gets a value head (critic)."""
+    return PPOLearner(CausalLMWithValueHead(policy).to(device), reference, config.ppo_config(), seed, sampling)
+
+
+def grpo_learner(config: TrainConfig, *, policy, reference, seed, sampling, device) -> GRPOLearner:
+    """GRPO: group-normalised advantages, k3 KL term in the loss; no value head."""
+    return GRPOLearner(policy, reference, config.grpo_config("grpo"), seed, sampling)
+
+
+def rloo_learner(config: TrainConfig, *, policy, reference, seed, sampling, device) -> GRPOLearner:
+    """RLOO: leave-one-out baseline, KL penalty in the reward; no value head."""
+    return GRPOLearner(policy, reference, config.grpo_config("rloo"), seed, sampling)
+
+
+#: ``--learner`` choices. Register another algorithm with ``LEARNERS["name"] = factory``
+#: before building the Trainer (or the command-line parser): see docs/plug-in-your-algorithm.md.
+LEARNERS: dict[str, LearnerFactory] = {"ppo": ppo_learner, "grpo": grpo_learner, "rloo": rloo_learner}
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
@@ -52,6 +82,8 @@ class TrainConfig:
     """Everything a run needs; each field is a command-line flag of examples/train_cory.py."""
 
     algo: str = _f("cory", "cory: two learners, collective reward, role exchange; ppo: single-agent baseline", choices=list(ALGOS))
+    learner: str = _f("ppo", "learning algorithm of each agent: ppo (value head, GAE); grpo or rloo (critic-free, --group-size responses per prompt)", choices=LEARNERS.keys())
+    group_size: int = _f(4, "grpo/rloo: responses per prompt, consecutive in the batch (--batch-size must be a multiple); ppo ignores it")
     task: str = _f("sentiment", "task: sentiment (movie-review continuation)", choices=["sentiment"])
     model: str = _f(EMBEDDED_MODEL, "model name or path (Hub name, local folder, or the embedded smollm2-135m)")
     reward: str = _f("vader", "reward: vader, a Hub text-classification model (raw logit of its positive label), or package.module:function")
@@ -60,13 +92,13 @@ class TrainConfig:
     batch_size: int = _f(8, "conversations per iteration")
     mini_batch_size: int = _f(8, "conversations per gradient step")
     gradient_accumulation_steps: int = _f(1, "minibatches per optimizer step")
-    ppo_epochs: int = _f(4, "PPO passes over each batch")
+    ppo_epochs: int = _f(4, "passes over each batch (PPO epochs; grpo/rloo: num_iterations)")
     lr: float = _f(1.41e-5, "Adam learning rate")
-    kl_coef: float = _f(0.3, "KL penalty coefficient eta (initial value if adaptive)")
+    kl_coef: float = _f(0.3, "KL coefficient eta (initial value if adaptive); grpo: beta of the k3 loss term, rloo: of the summed KL in the reward")
     adaptive_kl: bool = _f(False, "adapt the KL coefficient towards --target-kl")
     target_kl: float = _f(6.0, "target KL (summed over the response) of the adaptive controller")
     kl_horizon: int = _f(10000, "horizon of the adaptive KL controller")
-    kl_estimator: str = _f("k1", "per-token KL: k1 (sampled token), abs, mse, full (whole distribution)", choices=["k1", "abs", "mse", "full"])
+    kl_estimator: str = _f("k1", "per-token KL in the reward: k1 (sampled token), abs, mse, k3, full (whole distribution); grpo's loss term is k3", choices=list(ESTIMATORS))
     vf_coef: float = _f(0.1, "value loss coefficient")
     cliprange: float = _f(0.2, "policy ratio clip range")
     cliprange_value: float = _f(0.2, "value clip range")
@@ -109,6 +141,16 @@ class TrainConfig:
             vf_coef=self.vf_coef, init_kl_coef=self.kl_coef, adaptive_kl=self.adaptive_kl, target_kl=self.target_kl,
             kl_horizon=self.kl_horizon, kl_estimator=self.kl_estimator, max_grad_norm=self.max_grad_norm or None,
             score_scaling=self.score_scaling, score_norm=self.score_norm, bf16=self.bf16,
+        )  # fmt: skip
+
+    def grpo_config(self, advantage: str) -> GRPOConfig:
+        """``advantage="grpo"``: KL as a k3 loss term (GRPO, TRL GRPOTrainer); ``"rloo"``: in the reward (TRL RLOOTrainer)."""
+        return GRPOConfig(
+            group_size=self.group_size, advantage=advantage, kl_penalty="loss" if advantage == "grpo" else "reward",
+            kl_coef=self.kl_coef, kl_estimator=self.kl_estimator, adaptive_kl=self.adaptive_kl, target_kl=self.target_kl,
+            kl_horizon=self.kl_horizon, learning_rate=self.lr, epochs=self.ppo_epochs, mini_batch_size=self.mini_batch_size,
+            gradient_accumulation_steps=self.gradient_accumulation_steps, cliprange=self.cliprange,
+            max_grad_norm=self.max_grad_norm or None, bf16=self.bf16,
         )  # fmt: skip
 
 
@@ -190,6 +232,11 @@ class Trainer:
             raise ValueError(
                 f"--batch-size {config.batch_size} must be a multiple of --mini-batch-size {config.mini_batch_size}"
             )
+        if config.learner not in LEARNERS:
+            raise ValueError(f"learner must be one of {sorted(LEARNERS)} (or registered in LEARNERS), got {config.learner!r}")
+        if config.learner in ("grpo", "rloo"):  # bad values fail now, not after loading the models
+            config.grpo_config(config.learner)
+            _check_group_size(config.batch_size, config.group_size, config.learner)
         _seed_everything(config.seed)
         self.device = torch.device(
             ("cuda" if torch.cuda.is_available() else "cpu") if config.device == "auto" else config.device
@@ -199,14 +246,26 @@ class Trainer:
         names = ["llm_0", "llm_1"] if config.algo == "cory" else ["pioneer"]
         reference, policies = self._build_models(config, names)
         sampling = dict(do_sample=True, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)
-        self.learners: dict[str, PPOLearner] = {}
+        self.learners: dict[str, Learner] = {}
         for i, name in enumerate(names):
-            seed = config.seed * 1000 + i
-            self.learners[name] = PPOLearner(policies[name], reference, config.ppo_config(), seed, sampling)
+            learner = LEARNERS[config.learner](
+                config, policy=policies[name], reference=reference, seed=config.seed * 1000 + i, sampling=sampling,
+                device=self.device,
+            )  # fmt: skip
+            if not isinstance(learner, Learner):
+                raise TypeError(f"learner {config.learner!r} built a {type(learner).__name__}, which lacks act, learn, "
+                                f"state_dict or load_state_dict (see agents.learner.Learner)")  # fmt: skip
+            self.learners[name] = learner
+        group_size = int(getattr(self.learners[names[0]], "group_size", 1))
+        _check_group_size(config.batch_size, group_size, config.learner)
+        if prompts is None:
+            prompts = sentiment_prompts(tokenizer, source=config.review_source)
+        if group_size > 1:  # each prompt group_size times in a row: groups of responses to compare
+            prompts = repeat_each(prompts, group_size)
 
         base = env(
             tokenizer=tokenizer,
-            prompts=prompts if prompts is not None else sentiment_prompts(tokenizer, source=config.review_source),
+            prompts=prompts,
             reward_fn=reward_fn if reward_fn is not None else resolve_reward(config.reward, self.device),
             num_conversations=config.batch_size,
             max_new_tokens=(config.min_new_tokens, config.max_new_tokens),
@@ -222,8 +281,8 @@ class Trainer:
 
     def _build_models(
         self, config: TrainConfig, names: list[str]
-    ) -> tuple[torch.nn.Module, dict[str, CausalLMWithValueHead]]:
-        """The frozen reference and one policy (with value head) per learner.
+    ) -> tuple[torch.nn.Module, dict[str, torch.nn.Module]]:
+        """The frozen reference and one trainable causal LM per learner (its factory adds a value head if needed).
 
         Full fine-tuning copies the model per learner; ``--lora`` puts one adapter per
         learner on a single shared base whose adapter-free forward is the reference.
@@ -245,7 +304,7 @@ class Trainer:
             if config.gradient_checkpointing:
                 for lm in lms.values():
                     lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            return base, {n: CausalLMWithValueHead(lm).to(self.device) for n, lm in lms.items()}
+            return base, lms
         from peft import LoraConfig
 
         from agents.adapters import AdapterView, shared_lora_model
@@ -257,8 +316,7 @@ class Trainer:
         if config.gradient_checkpointing:  # only active in training mode, so rollouts keep their KV cache
             base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         shared = shared_lora_model(base, names, lora)
-        policies = {n: CausalLMWithValueHead(AdapterView(shared, n)).to(self.device) for n in names}
-        return AdapterView(shared, None), policies
+        return AdapterView(shared, None), {n: AdapterView(shared, n) for n in names}
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -348,6 +406,14 @@ class Trainer:
         bar.close()
         plot_run(self.out)
         return self.out
+
+
+def _check_group_size(batch_size: int, group_size: int, learner: str) -> None:
+    if batch_size % group_size:
+        raise ValueError(
+            f"--batch-size {batch_size} must be a multiple of --group-size {group_size}: the {learner} learner "
+            f"compares {group_size} responses per prompt, so each prompt fills {group_size} conversations"
+        )
 
 
 def _target_modules(spec: str) -> str | list[str]:
