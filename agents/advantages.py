@@ -1,4 +1,4 @@
-"""Generalised advantage estimation and masked whitening over response tokens.
+"""Advantage estimators: GAE with masked whitening (PPO), group-relative baselines (GRPO, RLOO).
 
 All tensors are ``(B, T)`` over the response tokens of a batch, right-padded: ``mask``
 is 1 at real tokens and 0 at the padding after a response ended.
@@ -18,6 +18,18 @@ Whitening (TRL 0.7's ``masked_whiten``; TRL 1.x no longer ships it)::
                                                    var unbiased (Bessel-corrected)
 
 With ``shift_mean=False`` the mean is added back (scale only).
+
+Group-relative advantages (critic-free): the batch holds groups of ``G`` consecutive
+responses to the same prompt and each response's sequence-level reward ``r_i`` is
+compared with its group's::
+
+    grpo: A_i = (r_i - mean_j r_j) / (std_j r_j + eps)      std Bessel-corrected, eps 1e-4
+                                                            (Shao et al. 2024; TRL GRPOTrainer)
+    rloo: A_i = r_i - mean_{j != i} r_j                     leave-one-out baseline
+          = G / (G - 1) * (r_i - mean_j r_j)                (Ahmadian et al. 2024; TRL RLOOTrainer)
+
+A group whose rewards are all equal gets ``A_i = 0`` in both: it says nothing about
+which response is better.
 """
 
 from __future__ import annotations
@@ -81,3 +93,31 @@ def gae(
         advantages[:, t] = next_advantage
         next_value = values[:, t]
     return advantages, advantages + values
+
+
+GROUP_BASELINES = ("grpo", "rloo")
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, baseline: str = "grpo", eps: float = 1e-4) -> torch.Tensor:
+    """Sequence-level advantages ``(B,)`` of rewards ``(B,)`` in consecutive groups of ``group_size``.
+
+    Example:
+        >>> group_advantages(torch.tensor([1.0, 3.0, 5.0, 5.0]), 2, "rloo")
+        tensor([-2.,  2.,  0.,  0.])
+    """
+    if baseline not in GROUP_BASELINES:
+        raise ValueError(f"baseline must be one of {GROUP_BASELINES}, got {baseline!r}")
+    if group_size < 2:
+        raise ValueError(f"group-relative advantages need groups of at least 2 responses, got group_size={group_size}")
+    if rewards.ndim != 1 or len(rewards) % group_size:
+        raise ValueError(
+            f"rewards of shape {tuple(rewards.shape)} do not split into groups of {group_size}: "
+            f"give one reward per response, a multiple of group_size in all"
+        )
+    groups = rewards.view(-1, group_size)
+    centred = groups - groups.mean(dim=1, keepdim=True)
+    # Exactly 0 for a group of equal rewards (a float mean may be off by an ulp).
+    centred = centred.masked_fill(groups.amax(dim=1, keepdim=True) == groups.amin(dim=1, keepdim=True), 0.0)
+    if baseline == "rloo":
+        return (centred * group_size / (group_size - 1)).view(-1)
+    return (centred / (groups.std(dim=1, keepdim=True) + eps)).view(-1)

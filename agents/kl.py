@@ -5,6 +5,8 @@ Per-token KL of the policy ``p`` to the reference ``q`` at a sampled token ``x_t
     k1:   log p(x_t) - log q(x_t)                       (unbiased, can be negative)
     abs:  |log p(x_t) - log q(x_t)|
     mse:  0.5 * (log p(x_t) - log q(x_t))^2
+    k3:   q(x_t)/p(x_t) - 1 - log(q(x_t)/p(x_t))      (unbiased, never negative: Schulman's k3,
+                                                         the GRPO paper's and TRL GRPOTrainer's)
     full: sum_v p(v) * (log p(v) - log q(v))            (exact, needs the logits;
                                                          what the CORY authors' code uses)
 
@@ -26,7 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-ESTIMATORS = ("k1", "abs", "mse", "full")
+ESTIMATORS = ("k1", "abs", "mse", "k3", "full")
 
 
 def kl_per_token(
@@ -53,6 +55,8 @@ def kl_per_token(
         return diff
     if estimator == "abs":
         return diff.abs()
+    if estimator == "k3":
+        return torch.expm1(-diff) + diff
     return 0.5 * diff**2
 
 

@@ -14,7 +14,7 @@ One iteration for a learner, as in TRL 0.7's ``PPOTrainer.step`` (which CORY's a
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,7 @@ from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 from agents.advantages import gae, masked_mean
 from agents.distributed import DataParallel
 from agents.kl import ESTIMATORS, AdaptiveKLController, FixedKLController, kl_per_token, token_rewards
+from agents.learner import Episode
 from agents.lm_actor import LMActor
 from agents.losses import policy_loss, value_loss
 from agents.value_model import CausalLMWithValueHead
@@ -85,34 +86,6 @@ class RunningMoments:
 
     def load_state_dict(self, state: dict[str, float]) -> None:
         self.mean, self.var, self.count = state["mean"], state["var"], state["count"]
-
-
-@dataclass
-class Episode:
-    """What a learner takes from one batched episode (its final observation and info)."""
-
-    input_ids: torch.Tensor  # (B, W) prompt (left-padded) then response
-    attention_mask: torch.Tensor  # (B, W)
-    response_width: int  # T: the response occupies the last T columns
-    scores: np.ndarray  # (B,) reward received (the collective reward under CORY)
-    task_rewards: np.ndarray  # (B,) the learner's own task reward
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_final_step(cls, observation: dict[str, np.ndarray], info: dict[str, Any]) -> Episode:
-        """Build from ``last()`` at the learner's final (terminated) step."""
-        lengths = np.atleast_1d(info["response_length"])
-        T = int(lengths.max())
-        W = int(observation["past_length"][0] + observation["num_new_tokens"][0])
-        ids = np.atleast_2d(observation["input_ids"])[:, -W:]
-        mask = np.atleast_2d(observation["attention_mask"])[:, -W:]
-        return cls(
-            input_ids=torch.tensor(ids),
-            attention_mask=torch.tensor(mask),
-            response_width=T,
-            scores=np.atleast_1d(np.asarray(info["reward"], dtype=np.float64)),
-            task_rewards=np.atleast_1d(np.asarray(info["task_reward"], dtype=np.float64)),
-        )
 
 
 class PPOLearner:

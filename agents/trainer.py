@@ -6,7 +6,9 @@ state, value head, KL controller and score statistics (the authors' code rebuilt
 trainers from disk every exchange, losing all but the weights). PPO plays the same
 environment with the pioneer alone and its own task reward.
 
-Each iteration: one batched episode (the rollout), then a PPO update per learner.
+Each iteration: one batched episode (the rollout), then an update per learner. A learner
+is built by the factory ``LEARNERS[config.learner]`` (``--learner ppo|grpo|rloo``); any
+object with the :class:`~agents.learner.Learner` interface can be registered there.
 Under ``accelerate launch`` every process plays its own episode and the updates are
 synchronised (:mod:`agents.distributed`); only the main process writes files.
 """
@@ -20,7 +22,7 @@ import json
 import random
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,19 +34,53 @@ from trl.trainer.utils import disable_dropout_in_model
 
 from agents.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from agents.distributed import DataParallel, fingerprint
+from agents.grpo import GRPOConfig, GRPOLearner
+from agents.kl import ESTIMATORS
+from agents.learner import Episode, Learner
 from agents.metrics import MetricsLogger
 from agents.plots import plot_run
-from agents.ppo import Episode, PPOConfig, PPOLearner
+from agents.ppo import PPOConfig, PPOLearner
 from agents.value_model import CausalLMWithValueHead
 from cory_env import CollectiveRewardWrapper, RoleExchangeWrapper, env
 from cory_env.models import EMBEDDED_MODEL, load_causal_lm, load_tokenizer
-from cory_env.prompts import PromptSource
+from cory_env.prompts import PromptSource, repeat_each
 from cory_env.rewards import get_reward
 from cory_env.rewards.base import RewardFunction
 from cory_env.tasks import TASKS, Task, custom_task, get_task
 
 ALGOS = ("cory", "ppo")
 ROLE_IDS = {"pioneer": 0, "observer": 1}
+
+#: Builds one learner: ``factory(config, *, policy, reference, seed, sampling, device)``, where
+#: ``policy`` is this learner's trainable causal LM (full copy or LoRA adapter view, on ``device``),
+#: ``reference`` its frozen reference (learners on one device share it), ``sampling`` LMActor's
+#: keyword arguments. Under ``accelerate launch`` the factory also gets ``data_parallel``
+#: (:class:`~agents.distributed.DataParallel`): the learner must then average its gradients
+#: over the processes (``data_parallel.average_gradients``) so that their weights stay equal.
+LearnerFactory = Callable[..., Learner]
+
+
+def ppo_learner(config: TrainConfig, *, policy, reference, seed, sampling, device, data_parallel=None) -> PPOLearner:
+    """PPO-LLM: the policy gets a value head (critic)."""
+    return PPOLearner(
+        CausalLMWithValueHead(policy).to(device), reference, config.ppo_config(), seed, sampling,
+        data_parallel=data_parallel,
+    )  # fmt: skip
+
+
+def grpo_learner(config: TrainConfig, *, policy, reference, seed, sampling, device, data_parallel=None) -> GRPOLearner:
+    """GRPO: group-normalised advantages, k3 KL term in the loss; no value head."""
+    return GRPOLearner(policy, reference, config.grpo_config("grpo"), seed, sampling, data_parallel=data_parallel)
+
+
+def rloo_learner(config: TrainConfig, *, policy, reference, seed, sampling, device, data_parallel=None) -> GRPOLearner:
+    """RLOO: leave-one-out baseline, KL penalty in the reward; no value head."""
+    return GRPOLearner(policy, reference, config.grpo_config("rloo"), seed, sampling, data_parallel=data_parallel)
+
+
+#: ``--learner`` choices. Register another algorithm with ``LEARNERS["name"] = factory``
+#: before building the Trainer (or the command-line parser): see docs/plug-in-your-algorithm.md.
+LEARNERS: dict[str, LearnerFactory] = {"ppo": ppo_learner, "grpo": grpo_learner, "rloo": rloo_learner}
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
@@ -56,6 +92,8 @@ class TrainConfig:
     """Everything a run needs; each field is a command-line flag of examples/train_cory.py."""
 
     algo: str = _f("cory", "cory: two learners, collective reward, role exchange; ppo: single-agent baseline", choices=list(ALGOS))
+    learner: str = _f("ppo", "learning algorithm of each agent: ppo (value head, GAE); grpo or rloo (critic-free, --group-size responses per prompt)", choices=LEARNERS.keys())
+    group_size: int = _f(4, "grpo/rloo: responses per prompt, consecutive in the batch (--batch-size must be a multiple); ppo ignores it")
     task: str = _f("sentiment", "task: sentiment (movie-review continuation) or gsm8k (grade-school math)", choices=sorted(TASKS))
     task_file: str = _f("", "your own prompts: a .jsonl or .csv file, one row per prompt (--task still gives templates and reward)")
     query_field: str = _f("query", "--task-file column holding the query; the other columns go to the reward as metadata")
@@ -69,13 +107,13 @@ class TrainConfig:
     batch_size: int = _f(8, "conversations per iteration")
     mini_batch_size: int = _f(8, "conversations per gradient step")
     gradient_accumulation_steps: int = _f(1, "minibatches per optimizer step")
-    ppo_epochs: int = _f(4, "PPO passes over each batch")
+    ppo_epochs: int = _f(4, "passes over each batch (PPO epochs; grpo/rloo: num_iterations)")
     lr: float = _f(1.41e-5, "Adam learning rate")
-    kl_coef: float = _f(0.3, "KL penalty coefficient eta (initial value if adaptive)")
+    kl_coef: float = _f(0.3, "KL coefficient eta (initial value if adaptive); grpo: beta of the k3 loss term, rloo: of the summed KL in the reward")
     adaptive_kl: bool = _f(False, "adapt the KL coefficient towards --target-kl")
     target_kl: float = _f(6.0, "target KL (summed over the response) of the adaptive controller")
     kl_horizon: int = _f(10000, "horizon of the adaptive KL controller")
-    kl_estimator: str = _f("k1", "per-token KL: k1 (sampled token), abs, mse, full (whole distribution)", choices=["k1", "abs", "mse", "full"])
+    kl_estimator: str = _f("k1", "per-token KL in the reward: k1 (sampled token), abs, mse, k3, full (whole distribution); grpo's loss term is k3", choices=list(ESTIMATORS))
     vf_coef: float = _f(0.1, "value loss coefficient")
     cliprange: float = _f(0.2, "policy ratio clip range")
     cliprange_value: float = _f(0.2, "value clip range")
@@ -119,6 +157,16 @@ class TrainConfig:
             vf_coef=self.vf_coef, init_kl_coef=self.kl_coef, adaptive_kl=self.adaptive_kl, target_kl=self.target_kl,
             kl_horizon=self.kl_horizon, kl_estimator=self.kl_estimator, max_grad_norm=self.max_grad_norm or None,
             score_scaling=self.score_scaling, score_norm=self.score_norm, bf16=self.bf16,
+        )  # fmt: skip
+
+    def grpo_config(self, advantage: str) -> GRPOConfig:
+        """``advantage="grpo"``: KL as a k3 loss term (GRPO, TRL GRPOTrainer); ``"rloo"``: in the reward (TRL RLOOTrainer)."""
+        return GRPOConfig(
+            group_size=self.group_size, advantage=advantage, kl_penalty="loss" if advantage == "grpo" else "reward",
+            kl_coef=self.kl_coef, kl_estimator=self.kl_estimator, adaptive_kl=self.adaptive_kl, target_kl=self.target_kl,
+            kl_horizon=self.kl_horizon, learning_rate=self.lr, epochs=self.ppo_epochs, mini_batch_size=self.mini_batch_size,
+            gradient_accumulation_steps=self.gradient_accumulation_steps, cliprange=self.cliprange,
+            max_grad_norm=self.max_grad_norm or None, bf16=self.bf16,
         )  # fmt: skip
 
 
@@ -188,6 +236,11 @@ class Trainer:
             raise ValueError(
                 f"--batch-size {config.batch_size} must be a multiple of --mini-batch-size {config.mini_batch_size}"
             )
+        if config.learner not in LEARNERS:
+            raise ValueError(f"learner must be one of {sorted(LEARNERS)} (or registered in LEARNERS), got {config.learner!r}")
+        if config.learner in ("grpo", "rloo"):  # bad values fail now, not after loading the models
+            config.grpo_config(config.learner)
+            _check_group_size(config.batch_size, config.group_size, config.learner)
         self.data_parallel = dp = DataParallel.from_environment()
         if dp.bf16 and not config.bf16:
             self.config = config = dataclasses.replace(config, bf16=True)
@@ -201,16 +254,26 @@ class Trainer:
             prompts = self.task.prompts(tokenizer, split="train", seed=config.seed, source=prompt_source_name(config))
         reward = get_reward(reward_fn if reward_fn is not None else config.reward, self.device)
         references, policies = self._build_models(config, names, learner_devices)
-        dp.broadcast_parameters(p for policy in policies.values() for p in policy.trainable_parameters())
-        if dp.is_distributed:  # from here on each process draws its own prompts and samples
-            _seed_everything(dp.seed(config.seed))
         sampling = dict(do_sample=True, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)
-        self.learners: dict[str, PPOLearner] = {}
+        self.learners: dict[str, Learner] = {}
         for i, name in enumerate(names):
-            seed = dp.seed(config.seed) * 1000 + i
-            self.learners[name] = PPOLearner(
-                policies[name], references[name], config.ppo_config(), seed, sampling, data_parallel=dp
-            )
+            extra = {"data_parallel": dp} if dp.is_distributed else {}
+            learner = LEARNERS[config.learner](
+                config, policy=policies[name], reference=references[name], seed=dp.seed(config.seed) * 1000 + i,
+                sampling=sampling, device=learner_devices[name], **extra,
+            )  # fmt: skip
+            if not isinstance(learner, Learner):
+                raise TypeError(f"learner {config.learner!r} built a {type(learner).__name__}, which lacks act, learn, "
+                                f"state_dict or load_state_dict (see agents.learner.Learner)")  # fmt: skip
+            self.learners[name] = learner
+        # Every process starts from process 0's weights (value heads included), then draws its own data.
+        dp.broadcast_parameters(p for learner in self.learners.values() for p in _trainable_parameters(learner))
+        if dp.is_distributed:
+            _seed_everything(dp.seed(config.seed))
+        group_size = int(getattr(self.learners[names[0]], "group_size", 1))
+        _check_group_size(config.batch_size, group_size, config.learner)
+        if group_size > 1:  # each prompt group_size times in a row: groups of responses to compare
+            prompts = repeat_each(prompts, group_size)
 
         base = env(
             tokenizer=tokenizer,
@@ -272,8 +335,8 @@ class Trainer:
 
     def _build_models(
         self, config: TrainConfig, names: list[str], devices: dict[str, torch.device]
-    ) -> tuple[dict[str, torch.nn.Module], dict[str, CausalLMWithValueHead]]:
-        """Each learner's frozen reference and policy (with value head).
+    ) -> tuple[dict[str, torch.nn.Module], dict[str, torch.nn.Module]]:
+        """Each learner's frozen reference and trainable causal LM (its factory adds a value head if needed).
 
         Full fine-tuning copies the model per learner, on the learner's device; learners on
         the same device share one reference. ``--lora`` puts one adapter per learner on a
@@ -300,7 +363,7 @@ class Trainer:
                 for lm in lms.values():
                     lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             references = {n: on_device[devices[n]] for n in names}
-            return references, {n: CausalLMWithValueHead(lm).to(devices[n]) for n, lm in lms.items()}
+            return references, lms
         from peft import LoraConfig
 
         from agents.adapters import AdapterView, shared_lora_model
@@ -312,8 +375,7 @@ class Trainer:
         if config.gradient_checkpointing:  # only active in training mode, so rollouts keep their KV cache
             base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         shared = shared_lora_model(base, names, lora)
-        policies = {n: CausalLMWithValueHead(AdapterView(shared, n)).to(self.device) for n in names}
-        return dict.fromkeys(names, AdapterView(shared, None)), policies
+        return dict.fromkeys(names, AdapterView(shared, None)), {n: AdapterView(shared, n) for n in names}
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -329,7 +391,11 @@ class Trainer:
         }
         dp = self.data_parallel
         if dp.is_distributed:
-            weights = {n: fingerprint(learner.model.trainable_state_dict()) for n, learner in self.learners.items()}
+            weights = {
+                n: fingerprint(state["learners"][n]["model"] if "model" in state["learners"][n]
+                               else {str(i): p for i, p in enumerate(_trainable_parameters(learner))})
+                for n, learner in self.learners.items()
+            }  # fmt: skip
             dp.check_in_sync(weights)
             state["processes"] = dp.gather_objects(self._process_state() | {"weights_sha256": weights})
         return state
@@ -454,6 +520,22 @@ class Trainer:
             plot_run(self.out)
         dp.wait_for_everyone()
         return self.out
+
+
+def _check_group_size(batch_size: int, group_size: int, learner: str) -> None:
+    if batch_size % group_size:
+        raise ValueError(
+            f"--batch-size {batch_size} must be a multiple of --group-size {group_size}: the {learner} learner "
+            f"compares {group_size} responses per prompt, so each prompt fills {group_size} conversations"
+        )
+
+
+def _trainable_parameters(learner: Learner) -> list[torch.nn.Parameter]:
+    """What a learner's optimizer updates (or, lacking one, its model's trainable weights)."""
+    optimizer = getattr(learner, "optimizer", None)
+    if optimizer is not None:
+        return [p for group in optimizer.param_groups for p in group["params"]]
+    return [p for p in learner.model.parameters() if p.requires_grad]
 
 
 def _target_modules(spec: str) -> str | list[str]:

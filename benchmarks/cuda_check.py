@@ -6,7 +6,8 @@ tokenizer) when the embedded package is not installed, then on the GPU:
 1. greedy decoding through the environment (KV cache, left padding) equals ``generate``;
 2. rollout tokens/s through environment + agent against ``generate`` (batch 16, sampling);
 3. training iterations (CORY and PPO, full fine-tuning and LoRA, bf16): seconds and peak
-   GPU memory; the same settings as benchmarks/iteration.py's CPU figures, batch 64.
+   GPU memory; the same settings as benchmarks/iteration.py's CPU figures, batch 64;
+   then CORY with the critic-free GRPO learner (``--learner grpo``, groups of 4).
 
     python benchmarks/cuda_check.py --out cuda_check.json
 """
@@ -108,7 +109,7 @@ def rollout_ratio(model, tokenizer, device: str, batch: int = 16, new_tokens: in
     return {"env_tokens_per_s": tokens / e, "generate_tokens_per_s": tokens / g, "ratio": g / e}
 
 
-def train_iterations(model: str, algo: str, lora: bool, bf16: bool, batch: int, device: str) -> dict:
+def train_iterations(model: str, algo: str, lora: bool, bf16: bool, batch: int, device: str, learner: str = "ppo") -> dict:
     cuda = device == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -116,7 +117,7 @@ def train_iterations(model: str, algo: str, lora: bool, bf16: bool, batch: int, 
         config = TrainConfig(algo=algo, model=model, lora=lora, bf16=bf16, device=device, batch_size=batch,
                              mini_batch_size=batch // 4, ppo_epochs=4, min_new_tokens=10, max_new_tokens=10,
                              kl_estimator="full", review_source="rotten_tomatoes", out=out, tensorboard=False,
-                             checkpoint_every=10**6)  # fmt: skip
+                             checkpoint_every=10**6, learner=learner)  # fmt: skip
         trainer = Trainer(config)
         trainer.run_iteration()
         times, last = [], {}
@@ -156,6 +157,10 @@ def main() -> None:
                 key = f"{algo}{'+lora' if lora else ''}_bf16_b{args.batch_size}"
                 results[key] = train_iterations(name, algo, lora, True, args.batch_size, dev)
                 print(key, json.dumps(results[key]), flush=True)
+        for lora in (False, True):
+            key = f"cory-grpo{'+lora' if lora else ''}_bf16_b{args.batch_size}"
+            results[key] = train_iterations(name, "cory", lora, True, args.batch_size, dev, learner="grpo")
+            print(key, json.dumps(results[key]), flush=True)
     Path(args.out).write_text(json.dumps(results, indent=2))
 
 

@@ -80,3 +80,41 @@ def as_prompt_source(prompts: PromptSource | Sequence[Prompt | str]) -> PromptSo
         f"prompts must be a PromptSource (with __len__ and sample(rng, n)) or a list of "
         f"strings, got {type(prompts).__name__}"
     )
+
+
+class RepeatedPrompts:
+    """Another source's prompts, each ``times`` times in a row: several responses per prompt.
+
+    ``sample(rng, n)`` draws ``n // times`` prompts from ``source`` and repeats each
+    ``times`` times, so conversations ``[k*times, (k+1)*times)`` share a query: the
+    groups that group-relative learners (GRPO, RLOO) compare responses within. Under
+    CORY each observer in a group sees its own pioneer's response.
+    """
+
+    def __init__(self, source: PromptSource | Sequence[Prompt | str], times: int):
+        if isinstance(times, bool) or not isinstance(times, (int, np.integer)) or times < 1:
+            raise ValueError(f"times must be a positive int (responses per prompt), got {times!r}")
+        self.source = as_prompt_source(source)
+        self.times = int(times)
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def sample(self, rng: np.random.Generator, n: int) -> list[Prompt]:
+        if n % self.times:
+            raise ValueError(
+                f"{n} conversations do not split into groups of {self.times} responses per prompt: "
+                f"make the number of conversations (the batch size) a multiple of {self.times}"
+            )
+        return [p for p in self.source.sample(rng, n // self.times) for _ in range(self.times)]
+
+
+def repeat_each(source: PromptSource | Sequence[Prompt | str], times: int) -> RepeatedPrompts:
+    """Present each prompt of ``source`` ``times`` times in a row (see :class:`RepeatedPrompts`).
+
+    Example:
+        >>> source = repeat_each(["The movie was", "I think"], 2)
+        >>> [p.query for p in source.sample(np.random.default_rng(1), 4)]
+        ['The movie was', 'The movie was', 'I think', 'I think']
+    """
+    return RepeatedPrompts(source, times)

@@ -5,6 +5,7 @@ prefixes (Rotten Tomatoes offline, IMDB where available), VADER sentiment reward
 
     python examples/train_cory.py                                  # CORY, embedded default
     python examples/train_cory.py --algo ppo --out runs/ppo        # the single-agent baseline
+    python examples/train_cory.py --learner grpo --group-size 4    # critic-free learners (grpo, rloo) instead of PPO
     python examples/train_cory.py --preset paper-imdb --device cuda --out runs/paper
     python examples/train_cory.py --out runs/cory --resume         # continue after a crash
     python examples/plot_runs.py --run PPO=runs/ppo --run CORY=runs/cory --out cmp.png

@@ -1,0 +1,306 @@
+"""A critic-free group-relative learner: GRPO (Shao et al., 2024) or RLOO (Ahmadian et al., 2024).
+
+No value head and no GAE: the batch holds ``group_size`` responses to each prompt
+(the trainer repeats each prompt, :func:`cory_env.prompts.repeat_each`), and a
+response's advantage is its sequence-level reward relative to its group's
+(:func:`agents.advantages.group_advantages`), the same at every token of the response.
+Under CORY the reward is the collective one and groups are formed by query: the observers
+of a group answer the same query, each after its own pioneer's response.
+
+One iteration for a learner:
+
+1. rollout: the learner acts with its KV cache (:class:`~agents.lm_actor.LMActor`);
+2. scoring: one forward pass of the policy (log-probs of the sampled tokens) and of the
+   frozen reference over prompt + response; the exact KL to the reference (logged, as PPO);
+3. advantages per group of ``group_size`` conversations: ``grpo`` normalises by the
+   group's mean and std, ``rloo`` subtracts the mean of the other responses;
+4. ``epochs`` passes over shuffled minibatches of the clipped ratio loss (PPO's,
+   :func:`agents.losses.policy_loss`, token-level mean) plus the KL term below.
+
+The KL to the reference, ``kl_coef`` (beta), is applied where the two reference trainers do:
+
+- ``kl_penalty="loss"`` (GRPO's default, as the GRPO paper and TRL's ``GRPOTrainer``):
+  ``+ beta * k3`` per token in the loss, ``k3 = q/p - 1 - log(q/p)`` of the current policy
+  ``p`` to the reference ``q`` (non-negative, unbiased); the reward stays the task reward.
+- ``kl_penalty="reward"`` (RLOO's default, as TRL's ``RLOOTrainer``): the sequence reward
+  becomes ``r - beta * sum_t KL_t`` (``kl_estimator``, k1 by default) before the baseline.
+
+Differences from TRL worth knowing: TRL's ``GRPOTrainer`` defaults to ``beta=0`` and
+``num_iterations=1``, here ``kl_coef`` and ``epochs`` come from the run's flags;
+TRL's ``RLOOTrainer`` clips a sequence-level ratio, here the ratio is per token for both.
+An adaptive KL coefficient (Ziegler et al.) works as for PPO. Score scaling is not offered:
+group normalisation already makes the advantages scale-free (``grpo``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from trl.trainer.utils import entropy_from_logits, selective_log_softmax
+
+from agents.advantages import GROUP_BASELINES, group_advantages, masked_mean
+from agents.distributed import DataParallel
+from agents.kl import ESTIMATORS, AdaptiveKLController, FixedKLController, kl_per_token
+from agents.learner import Episode, reward_metrics
+from agents.lm_actor import LMActor
+from agents.losses import policy_loss
+
+KL_PENALTIES = ("loss", "reward")
+
+
+@dataclass
+class GRPOConfig:
+    """Group-relative learner hyperparameters (defaults: GRPO as in the paper and TRL, one epoch)."""
+
+    group_size: int = 4  # responses per prompt, consecutive in the batch (at least 2)
+    advantage: str = "grpo"  # grpo: (r - group mean) / (group std + eps); rloo: r - mean of the others
+    kl_penalty: str = "loss"  # loss: + kl_coef * k3 per token in the loss; reward: r - kl_coef * summed KL
+    kl_coef: float = 0.04  # beta (initial, if adaptive); the GRPO paper's 0.04
+    kl_estimator: str = "k1"  # per-token KL subtracted from the reward (kl_penalty="reward"); the loss uses k3
+    adaptive_kl: bool = False  # adapt kl_coef towards target_kl (Ziegler et al. 2019)
+    target_kl: float = 6.0  # target summed KL per response, for the adaptive controller
+    kl_horizon: int = 10000  # horizon of the adaptive controller
+    learning_rate: float = 1.41e-5  # AdamW learning rate
+    epochs: int = 1  # passes over each batch (GRPO's num_iterations, mu)
+    mini_batch_size: int = 8  # conversations per gradient step (divides the batch)
+    gradient_accumulation_steps: int = 1  # minibatches per optimizer step
+    cliprange: float = 0.2  # policy ratio clip (epsilon)
+    std_eps: float = 1e-4  # added to the group std (grpo), as TRL
+    max_grad_norm: float | None = 1.0  # gradient clipping (None: off)
+    weight_decay: float = 0.0  # AdamW weight decay
+    bf16: bool = False  # bfloat16 autocast for forward passes (weights and optimizer stay float32)
+
+    def __post_init__(self) -> None:
+        if self.advantage not in GROUP_BASELINES:
+            raise ValueError(f"advantage must be one of {GROUP_BASELINES}, got {self.advantage!r}")
+        if self.kl_penalty not in KL_PENALTIES:
+            raise ValueError(f"kl_penalty must be one of {KL_PENALTIES}, got {self.kl_penalty!r}")
+        if self.kl_estimator not in ESTIMATORS:
+            raise ValueError(f"kl_estimator must be one of {ESTIMATORS}, got {self.kl_estimator!r}")
+        if self.group_size < 2:
+            raise ValueError(
+                f"group_size must be at least 2 (responses per prompt to compare), got {self.group_size}: "
+                f"pass --group-size 2 or more"
+            )
+        for name in ("mini_batch_size", "gradient_accumulation_steps", "epochs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+
+def response_logits(lm: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, T: int) -> torch.Tensor:
+    """Logits ``(B, T, V)`` that predicted the last ``T`` tokens (the response), left padding handled."""
+    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    out = lm(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=False,
+        logits_to_keep=T + 1,
+    )  # fmt: skip
+    return out.logits[:, :-1]
+
+
+class GRPOLearner:
+    """A group-relative learning agent: policy (a causal LM, no value head), optimizer, KL controller.
+
+    Args:
+        model: the trainable causal LM (full weights, or an :class:`~agents.adapters.AdapterView`).
+        reference: the frozen reference causal LM (may be shared between learners).
+        config: :class:`GRPOConfig`.
+        seed: seeds this learner's token sampling (on the model's device) and minibatch shuffling.
+        sampling: keyword arguments for :class:`LMActor` (do_sample, temperature, top_k, top_p).
+        data_parallel: the processes of a data-parallel run (:mod:`agents.distributed`): gradients
+            are averaged over them, and the KL controller and returned statistics use all of them.
+            Groups never span processes (each process plays whole groups), so advantages stay local.
+
+    ``group_size`` tells the trainer to present each prompt that many times in a row.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        reference: nn.Module,
+        config: GRPOConfig,
+        seed: int = 0,
+        sampling: dict[str, Any] | None = None,
+        data_parallel: DataParallel | None = None,
+    ):
+        self.data_parallel = data_parallel or DataParallel()
+        self.model = model
+        self.reference = reference.eval()  # frozen by whoever built it (it may share weights)
+        self.config = config
+        self.group_size = config.group_size
+        self.generator = torch.Generator().manual_seed(seed)  # minibatch shuffling, on the CPU
+        self.sampling_generator = torch.Generator(self.device).manual_seed(seed)
+        self.actor = LMActor(model, generator=self.sampling_generator, bf16=config.bf16, **(sampling or {}))
+        params = (
+            model.trainable_parameters()
+            if hasattr(model, "trainable_parameters")  # an AdapterView: its adapter only
+            else [p for p in model.parameters() if p.requires_grad]
+        )
+        fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
+        self.optimizer = torch.optim.AdamW(
+            params, lr=config.learning_rate, weight_decay=config.weight_decay, fused=fused or None
+        )
+        self._params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        self.kl_ctl = (
+            AdaptiveKLController(config.kl_coef, config.target_kl, config.kl_horizon)
+            if config.adaptive_kl
+            else FixedKLController(config.kl_coef)
+        )
+        self.model.eval()
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def _autocast(self) -> torch.autocast:
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.config.bf16)
+
+    def act(self, agent: str, observation: dict[str, np.ndarray]) -> np.ndarray | int:
+        # The model is in eval mode outside learn(): no per-token mode switch on this hot path.
+        return self.actor.act(agent, observation)
+
+    # ------------------------------------------------------------------ scoring
+    def _check_groups(self, ep: Episode) -> None:
+        B, G = ep.input_ids.shape[0], self.group_size
+        if B % G:
+            raise ValueError(f"the batch of {B} conversations does not split into groups of group_size={G}")
+        if B % self.config.mini_batch_size:
+            raise ValueError(
+                f"the batch of {B} conversations is not divisible by mini_batch_size={self.config.mini_batch_size}"
+            )
+        for start in range(0, len(ep.queries), G):
+            if len(set(ep.queries[start : start + G])) > 1:
+                raise ValueError(
+                    f"conversations {start}..{start + G - 1} should be {G} responses to one query, got queries "
+                    f"{ep.queries[start : start + G]}: present each prompt group_size times in a row "
+                    f"(cory_env.prompts.repeat_each(prompts, {G}); the Trainer does it for a learner with group_size)"
+                )
+
+    @torch.no_grad()
+    def _score_episode(self, ep: Episode) -> dict[str, torch.Tensor]:
+        T, dev = ep.response_width, self.device
+        ids, mask = ep.input_ids.to(dev), ep.attention_mask.to(dev)
+        response, response_mask = ids[:, -T:], mask[:, -T:].float()
+        with self._autocast():
+            logits = response_logits(self.model, ids, mask, T)
+            ref_logits = response_logits(self.reference, ids, mask, T)
+        logits, ref_logits = logits.float(), ref_logits.float()
+        logprobs = selective_log_softmax(logits, response)
+        ref_logprobs = selective_log_softmax(ref_logits, response)
+        exact = kl_per_token(logprobs, ref_logprobs, "full", logits=logits, ref_logits=ref_logits)
+        # The estimator of the penalty actually applied (what the adaptive controller tracks).
+        estimator = "k3" if self.config.kl_penalty == "loss" else self.config.kl_estimator
+        kl = exact if estimator == "full" else kl_per_token(logprobs, ref_logprobs, estimator)
+        return {
+            "response": response,
+            "response_mask": response_mask,
+            "logprobs": logprobs,
+            "ref_logprobs": ref_logprobs,
+            "kl_exact": exact * response_mask,
+            "kl": kl * response_mask,
+        }
+
+    # ------------------------------------------------------------------ learning
+    def learn(self, ep: Episode) -> dict[str, float]:
+        """One group-relative update on one batched episode; returns the iteration's statistics."""
+        c = self.config
+        self._check_groups(ep)
+        B, T = ep.input_ids.shape[0], ep.response_width
+        s = self._score_episode(ep)
+        mask = s["response_mask"]
+        kl_coef = self.kl_ctl.value
+        rewards = torch.tensor(ep.scores, dtype=torch.float32, device=self.device)
+        if c.kl_penalty == "reward":
+            rewards = rewards - kl_coef * s["kl"].sum(-1)
+        advantages = group_advantages(rewards, c.group_size, c.advantage, c.std_eps)
+        token_advantages = advantages[:, None].expand(B, T)
+
+        self.model.train()
+        ids, attn = ep.input_ids.to(self.device), ep.attention_mask.to(self.device)
+        stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "kl_loss", "entropy", "clipfrac", "approx_kl")}
+        step_in_accumulation = 0
+        self.optimizer.zero_grad(set_to_none=True)
+        for _ in range(c.epochs):
+            order = torch.randperm(B, generator=self.generator)
+            for start in range(0, B, c.mini_batch_size):
+                idx = order[start : start + c.mini_batch_size].to(self.device)
+                with self._autocast():
+                    logits = response_logits(self.model, ids[idx], attn[idx], T)
+                logits = logits.float()
+                new_logprobs = selective_log_softmax(logits, s["response"][idx])
+                m = mask[idx]
+                pg_loss, pg_stats = policy_loss(new_logprobs, s["logprobs"][idx], token_advantages[idx], m, c.cliprange)
+                loss = pg_loss
+                kl_loss = torch.zeros((), device=self.device)
+                if c.kl_penalty == "loss":
+                    kl_loss = masked_mean(kl_per_token(new_logprobs, s["ref_logprobs"][idx], "k3"), m)
+                    loss = loss + kl_coef * kl_loss
+                (loss / c.gradient_accumulation_steps).backward()
+                step_in_accumulation += 1
+                if step_in_accumulation % c.gradient_accumulation_steps == 0:
+                    self._optimizer_step()
+                with torch.no_grad():
+                    stats["policy_loss"].append(pg_loss.item())
+                    stats["kl_loss"].append(kl_loss.item())
+                    stats["entropy"].append(masked_mean(entropy_from_logits(logits), m).item())
+                    stats["clipfrac"].append(float(pg_stats["clipfrac"]))
+                    stats["approx_kl"].append(float(pg_stats["approx_kl"]))
+        if step_in_accumulation % c.gradient_accumulation_steps:  # a partial accumulation left over
+            self._optimizer_step()
+        self.model.eval()  # back to acting
+
+        groups = rewards.view(-1, c.group_size)
+        dp = self.data_parallel
+        means = dp.mean({
+            "kl": float(s["kl_exact"].sum(-1).mean()),  # the paper's KL, whatever the penalty's estimator
+            "kl_penalty": float(s["kl"].sum(-1).mean()),
+            "response_length": float(mask.sum(-1).mean()),
+            "advantage_abs_mean": float(advantages.abs().mean()),
+            "frac_groups_zero_std": float((groups.amax(1) == groups.amin(1)).float().mean()),
+            **{k: float(np.mean(v)) for k, v in stats.items()},
+        })  # fmt: skip
+        kl_sum = means.pop("kl")
+        self.kl_ctl.update(means.pop("kl_penalty"), B * dp.num_processes)
+        if dp.is_distributed:  # the reward metrics over every process's conversations
+            ep = dataclasses.replace(ep, scores=dp.gather(ep.scores), task_rewards=dp.gather(ep.task_rewards))
+        return {**reward_metrics(ep, kl_sum, kl_coef), **means}
+
+    def _optimizer_step(self) -> None:
+        self.data_parallel.average_gradients(self._params)
+        if self.config.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self._params, self.config.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    # ------------------------------------------------------------------ checkpoints
+    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
+        """The weights this learner trains (not a shared frozen base), by parameter name."""
+        trainable = {id(p) for p in self._params}
+        return {n: p.detach().clone() for n, p in self.model.named_parameters() if id(p) in trainable}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.trainable_state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "kl_ctl": self.kl_ctl.state_dict(),
+            "generator": self.generator.get_state(),
+            "sampling_generator": self.sampling_generator.get_state(),
+            "config": asdict(self.config),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        params = dict(self.model.named_parameters())
+        missing = set(self.trainable_state_dict()) - set(state["model"])
+        if missing:
+            raise KeyError(f"checkpoint lacks {len(missing)} trainable weights, e.g. {sorted(missing)[:3]}")
+        with torch.no_grad():
+            for name, value in state["model"].items():
+                params[name].copy_(value)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.kl_ctl.load_state_dict(state["kl_ctl"])
+        self.generator.set_state(state["generator"])
+        self.sampling_generator.set_state(state["sampling_generator"])

@@ -1,0 +1,126 @@
+"""The learner interface: what the training loop needs from a learning algorithm.
+
+A *learner* is one trainable agent of the environment: CORY has two (``llm_0``,
+``llm_1``, which exchange the pioneer and observer roles), single-agent training has
+one (``pioneer``). :class:`~agents.trainer.Trainer` drives every learner through four
+methods and nothing else:
+
+1. ``act(agent, observation)`` at each of the agent's token steps: the next token ids
+   (``(B,)`` array in the batched form). The learner keeps whatever it needs between
+   steps (a KV cache: :class:`~agents.lm_actor.LMActor`).
+2. ``learn(episode)`` once per iteration with the :class:`Episode` built from the
+   agent's final ``last()``: update the weights, return the iteration's statistics.
+3. ``state_dict()`` / ``load_state_dict(state)`` for checkpoints: everything needed to
+   continue *exactly* (trainable weights, optimizer, controllers, random generators).
+
+Optionally a learner sets ``group_size`` (an int, default 1): the trainer then presents
+each prompt that many times in a row in the batch (:func:`cory_env.prompts.repeat_each`),
+so conversations ``[k*G, (k+1)*G)`` share a query: the groups of GRPO and RLOO.
+
+**What ``learn`` returns.** A flat ``{name: float}`` dict; the trainer logs it as
+``<learner>/<name>`` in ``metrics.csv`` and TensorBoard and adds ``<learner>/role``.
+The plots and the progress bar read these names when present (:data:`PLOTTED_METRICS`):
+``task_reward_mean`` (+ ``task_reward_std`` for the band), ``kl`` (KL to the reference
+summed over the response, batch mean) and ``combined_reward`` (``task_reward_mean -
+kl_coef * kl``, the paper's metric). :func:`reward_metrics` computes these from an
+episode. Anything else (``policy_loss``, ``entropy``, ...) is logged as it is.
+
+**Checkpoints.** The trainer saves ``{learner name: learner.state_dict()}`` with the
+iteration, the role schedule and the environment/torch random states in one
+``torch.save`` file, and on ``--resume`` calls ``load_state_dict`` on a freshly built
+learner (same config, same models). The state may hold tensors, numpy arrays and plain
+Python values; keep shared frozen weights (the reference, a LoRA base) out of it.
+
+Example: see ``docs/plug-in-your-algorithm.md`` (a REINFORCE learner in about 40 lines).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+#: Metrics the run plots (``agents.plots.RUN_PLOTS``) and progress bar read, when a learner returns them.
+PLOTTED_METRICS = ("task_reward_mean", "task_reward_std", "kl", "combined_reward")
+
+
+@dataclass
+class Episode:
+    """What a learner takes from one batched episode (its final observation and info).
+
+    Conversation ``b`` is row ``b`` everywhere. ``input_ids[b, -response_width:]`` is the
+    learner's response, right-padded (``attention_mask`` 0 after it ended); the columns
+    before it are its prompt, left-padded: the observer's prompt contains the pioneer's
+    response to the same query. Positions for a forward pass count real tokens only:
+    ``attention_mask.cumsum(-1) - 1``.
+    """
+
+    input_ids: torch.Tensor  # (B, W) prompt (left-padded) then response
+    attention_mask: torch.Tensor  # (B, W)
+    response_width: int  # T: the response occupies the last T columns
+    scores: np.ndarray  # (B,) reward received (the collective reward under CORY)
+    task_rewards: np.ndarray  # (B,) the learner's own task reward
+    extra: dict[str, Any] = field(default_factory=dict)
+    queries: list[str] = field(default_factory=list)  # (B,) the query of each conversation (groups share one)
+
+    @classmethod
+    def from_final_step(cls, observation: dict[str, np.ndarray], info: dict[str, Any]) -> Episode:
+        """Build from ``last()`` at the learner's final (terminated) step."""
+        lengths = np.atleast_1d(info["response_length"])
+        T = int(lengths.max())
+        W = int(observation["past_length"][0] + observation["num_new_tokens"][0])
+        ids = np.atleast_2d(observation["input_ids"])[:, -W:]
+        mask = np.atleast_2d(observation["attention_mask"])[:, -W:]
+        queries = info.get("query", [])
+        return cls(
+            input_ids=torch.tensor(ids),
+            attention_mask=torch.tensor(mask),
+            response_width=T,
+            scores=np.atleast_1d(np.asarray(info["reward"], dtype=np.float64)),
+            task_rewards=np.atleast_1d(np.asarray(info["task_reward"], dtype=np.float64)),
+            queries=[queries] if isinstance(queries, str) else list(queries),
+        )
+
+
+@runtime_checkable
+class Learner(Protocol):
+    """A learning agent the trainer can drive (see the module docstring for the contract)."""
+
+    def act(self, agent: str, observation: dict[str, np.ndarray]) -> np.ndarray | int:
+        """The next token id(s) for ``agent`` (the name it plays under) at this step."""
+        ...
+
+    def learn(self, episode: Episode) -> dict[str, float]:
+        """Update from one batched episode; return the iteration's statistics."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything an exact resume needs (not the shared frozen weights)."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        ...
+
+
+def reward_metrics(episode: Episode, kl: float, kl_coef: float) -> dict[str, float]:
+    """The plotted metrics of an episode, given its KL (summed over the response, batch mean).
+
+    ``reward_mean`` is what the learner received (the collective reward under CORY).
+
+    Example:
+        >>> ep = Episode(torch.zeros(2, 3), torch.ones(2, 3), 1, np.array([1.0, 3.0]), np.array([0.0, 1.0]))
+        >>> reward_metrics(ep, kl=2.0, kl_coef=0.1)["combined_reward"]
+        0.3
+    """
+    task = episode.task_rewards
+    return {
+        "task_reward_mean": float(task.mean()),
+        "task_reward_std": float(task.std()),
+        "reward_mean": float(episode.scores.mean()),
+        "kl": float(kl),
+        "combined_reward": float(task.mean()) - kl_coef * float(kl),
+        "kl_coef": float(kl_coef),
+    }
