@@ -109,7 +109,10 @@ def rollout_ratio(model, tokenizer, device: str, batch: int = 16, new_tokens: in
     return {"env_tokens_per_s": tokens / e, "generate_tokens_per_s": tokens / g, "ratio": g / e}
 
 
-def train_iterations(model: str, algo: str, lora: bool, bf16: bool, batch: int, device: str, learner: str = "ppo") -> dict:
+def train_iterations(
+    model: str, algo: str, lora: bool, bf16: bool, batch: int, device: str, learner: str = "ppo",
+    load_in_4bit: bool = False,
+) -> dict:
     cuda = device == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -117,8 +120,10 @@ def train_iterations(model: str, algo: str, lora: bool, bf16: bool, batch: int, 
         config = TrainConfig(algo=algo, model=model, lora=lora, bf16=bf16, device=device, batch_size=batch,
                              mini_batch_size=batch // 4, ppo_epochs=4, min_new_tokens=10, max_new_tokens=10,
                              kl_estimator="full", review_source="rotten_tomatoes", out=out, tensorboard=False,
-                             checkpoint_every=10**6, learner=learner)  # fmt: skip
+                             checkpoint_every=10**6, learner=learner, load_in_4bit=load_in_4bit)  # fmt: skip
         trainer = Trainer(config)
+        # bitsandbytes' 4-bit layers (Linear4bit) in the models the learners act with
+        four_bit = sum("4bit" in type(m).__name__ for l in trainer.learners.values() for m in l.model.modules())
         trainer.run_iteration()
         times, last = [], {}
         for _ in range(3):
@@ -129,7 +134,7 @@ def train_iterations(model: str, algo: str, lora: bool, bf16: bool, batch: int, 
             times.append(time.perf_counter() - start)
     finite = all(np.isfinite(v) for v in last.values())
     return {"seconds": float(np.median(times)), "peak_gb": torch.cuda.max_memory_allocated() / 1024**3 if cuda else None,
-            "metrics_finite": finite, "tokens_per_s": last["tokens_per_s"]}  # fmt: skip
+            "metrics_finite": finite, "tokens_per_s": last["tokens_per_s"], "modules_4bit": four_bit}  # fmt: skip
 
 
 def main() -> None:
@@ -137,6 +142,7 @@ def main() -> None:
     p.add_argument("--out", default="cuda_check.json", help="where to write the results")
     p.add_argument("--batch-size", type=int, default=64, help="conversations per training iteration")
     p.add_argument("--device", default="cuda", help="cuda (cpu only to check the script itself)")
+    p.add_argument("--only-4bit", action="store_true", help="only --lora --load-in-4bit training (needs bitsandbytes)")
     args = p.parse_args()
     dev = args.device
     results: dict = {"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu", "torch": torch.__version__}
@@ -145,6 +151,13 @@ def main() -> None:
         results["model"] = name if name == "smollm2-135m" else "SmolLM2-135M architecture, random weights, GPT-2 tokenizer"
         from cory_env.models import load_causal_lm, load_tokenizer
 
+        if args.only_4bit:
+            for algo in ("ppo", "cory"):
+                key = f"{algo}+lora+4bit_bf16_b{args.batch_size}"
+                results[key] = train_iterations(name, algo, True, True, args.batch_size, dev, load_in_4bit=True)
+                print(key, json.dumps(results[key]), flush=True)
+            Path(args.out).write_text(json.dumps(results, indent=2))
+            return
         tokenizer = load_tokenizer(name)
         model = load_causal_lm(name, device=dev).eval()
         results["greedy_env_equals_generate"] = greedy_matches_generate(model, tokenizer, dev)
