@@ -361,7 +361,7 @@ class Trainer:
             lms = {n: copy.deepcopy(on_device[devices[n]]).requires_grad_(True) for n in names}
             if config.gradient_checkpointing:
                 for lm in lms.values():
-                    lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+                    lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
             references = {n: on_device[devices[n]] for n in names}
             return references, lms
         from peft import LoraConfig
@@ -373,7 +373,7 @@ class Trainer:
             target_modules=_target_modules(config.lora_target_modules), task_type="CAUSAL_LM",
         )  # fmt: skip
         if config.gradient_checkpointing:  # only active in training mode, so rollouts keep their KV cache
-            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         shared = shared_lora_model(base, names, lora)
         return dict.fromkeys(names, AdapterView(shared, None)), {n: AdapterView(shared, n) for n in names}
 
