@@ -5,10 +5,12 @@ Launched with an accelerate config that has ``distributed_type: FSDP`` and ``fsd
 (:mod:`agents.distributed`: each process plays its own conversations) but each process keeps
 only ``1/N`` of every learner's weights, gradients and Adam state, and of the frozen reference:
 :func:`shard` applies ``torch.distributed.fsdp.fully_shard`` in place to each decoder layer and
-then to the whole causal LM (and PPO's value head on its own). FSDP all-gathers a layer's
-weights just before it runs, also for the token-by-token acting with a KV cache, and
-reduce-scatters (averages) the gradients in ``backward()``, so the learners' own gradient
-all-reduce skips these parameters (:meth:`agents.distributed.DataParallel.average_gradients`).
+then to the whole causal LM (and PPO's value head on its own). In the update, FSDP
+all-gathers a layer's weights just before it runs and reduce-scatters (averages) the
+gradients in ``backward()``, so the learners' own gradient all-reduce skips these parameters
+(:meth:`agents.distributed.DataParallel.average_gradients`). For a rollout the policies'
+weights are gathered whole once (:func:`gathered`): each process plays its own number of
+token steps, so acting must not be a collective.
 
 Checkpoints keep the single-process format: :func:`full_state` gathers every sharded tensor
 of a learner's state (weights and optimizer) into a whole CPU tensor, and :func:`shard_state`
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,8 +47,8 @@ def _flag(name: str, default: str = "false") -> bool:
 class FSDPSettings:
     """What the launcher's FSDP config asks for (accelerate passes it in ``FSDP_*`` variables)."""
 
-    #: Free a layer's gathered weights after its forward pass (least memory: a policy's weights are
-    #: gathered again at every acting step); False keeps them until the next backward (faster rollouts).
+    #: In an update, free a layer's gathered weights after its forward pass and gather them again for
+    #: the backward pass (least memory); False keeps them from forward to backward (less communication).
     reshard_after_forward: bool = True
     #: Class names of the modules sharded as units (``fsdp_transformer_layer_cls_to_wrap``); empty:
     #: the model's ``_no_split_modules`` (its decoder layer, e.g. ``LlamaDecoderLayer``).
@@ -97,6 +100,8 @@ def shard(module: nn.Module, settings: FSDPSettings) -> nn.Module:
     """
     from torch.distributed.fsdp import fully_shard
 
+    # Our callers never modify a model's output in place (the FSDP runs match the all-reduce runs: tested).
+    warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
     with torch.no_grad():
         for tensor in [*module.parameters(), *module.buffers()]:
             torch.distributed.broadcast(tensor.data, src=0)
