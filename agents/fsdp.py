@@ -94,7 +94,8 @@ def shard(module: nn.Module, settings: FSDPSettings) -> nn.Module:
 
     Process 0's weights and buffers are first copied to every process (as FSDP1's
     ``sync_module_states``), so the shards come from one model. The layers are the modules
-    whose class is named in ``settings.layer_classes``, else in ``module._no_split_modules`` (a Hugging Face model's decoder layer); a module with none
+    whose class is named in ``settings.layer_classes``, else in ``module._no_split_modules``
+    (a Hugging Face model's decoder layer); a module with none
     (a value head) is one unit. ``module`` becomes the root FSDP module of its own forward
     calls: call it directly, never only as part of a larger sharded module.
     """
@@ -102,9 +103,6 @@ def shard(module: nn.Module, settings: FSDPSettings) -> nn.Module:
 
     # Our callers never modify a model's output in place (the FSDP runs match the all-reduce runs: tested).
     warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
-    with torch.no_grad():
-        for tensor in [*module.parameters(), *module.buffers()]:
-            torch.distributed.broadcast(tensor.data, src=0)
     names = settings.layer_classes or tuple(getattr(module, "_no_split_modules", None) or ())
     layers = [m for m in module.modules() if m is not module and type(m).__name__ in names]
     if names and not layers and isinstance(module, _pretrained_model_class()):
@@ -112,6 +110,9 @@ def shard(module: nn.Module, settings: FSDPSettings) -> nn.Module:
             f"{type(module).__name__} has no module of class {', '.join(names)} to shard as a layer: set "
             f"fsdp_transformer_layer_cls_to_wrap in the accelerate config to its decoder layer's class name"
         )
+    with torch.no_grad():
+        for tensor in [*module.parameters(), *module.buffers()]:
+            torch.distributed.broadcast(tensor.data, src=0)
     for layer in layers:
         fully_shard(layer, reshard_after_forward=settings.reshard_after_forward)
     fully_shard(module, reshard_after_forward=settings.reshard_after_forward)

@@ -20,7 +20,7 @@ from transformers import HfArgumentParser
 
 from agents.checkpoint import latest_checkpoint, load_checkpoint
 from agents.distributed import DataParallel, fingerprint
-from agents.fsdp import FSDPSettings
+from agents.fsdp import FSDPSettings, shard
 from agents.trainer import TrainConfig, Trainer
 
 from .test_distributed import PROMPTS, ROOT, free_port, hide_cuda_env, launch_args, toy_config
@@ -75,6 +75,14 @@ def test_fsdp_settings_come_from_the_launcher(monkeypatch):
     assert FSDPSettings.from_environment() == FSDPSettings(False, ("LlamaDecoderLayer", "MyBlock"))
 
 
+def test_a_wrong_layer_class_is_refused(toy_model):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(toy_model)
+    with pytest.raises(ValueError, match="no module of class GPT2Block.*fsdp_transformer_layer_cls_to_wrap"):
+        shard(model, FSDPSettings(layer_classes=("GPT2Block",)))
+
+
 def test_fsdp_refuses_lora_before_loading_models(monkeypatch, toy_model, tmp_path):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     for k, v in FSDP_ENV.items():
@@ -111,7 +119,9 @@ def assert_states_close(a: dict, b: dict, path: str = "") -> None:
     "extra",
     [
         "--algo cory --role-exchange-period 1",
-        pytest.param("--algo ppo --adaptive-kl --score-scaling --gradient-accumulation-steps 2", marks=pytest.mark.slow),
+        pytest.param(
+            "--algo ppo --adaptive-kl --score-scaling --gradient-accumulation-steps 2", marks=pytest.mark.slow
+        ),
         pytest.param("--algo cory --learner grpo --group-size 2", marks=pytest.mark.slow),
     ],
 )
