@@ -401,7 +401,8 @@ class Trainer:
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         """Everything a resume needs. In a data-parallel run every process must call it (it
-        gathers each process's random states and weight fingerprints, checked to be equal)."""
+        gathers each process's random states and weight fingerprints, checked to be equal;
+        under FSDP also every sharded weight and optimizer state, whole, onto the CPU)."""
         dp = self.data_parallel
         sharded = dp.sharded
         learners = {n: learner.state_dict() for n, learner in self.learners.items()}
