@@ -8,6 +8,7 @@ single-process format (a plain learner loads it).
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+import torch.multiprocessing as mp
 from transformers import HfArgumentParser
 
 from agents.checkpoint import latest_checkpoint, load_checkpoint
@@ -23,6 +25,7 @@ from agents.distributed import DataParallel, fingerprint
 from agents.fsdp import FSDPSettings, shard
 from agents.trainer import TrainConfig, Trainer
 
+from .fsdp_worker import fsdp_worker
 from .test_distributed import PROMPTS, ROOT, free_port, hide_cuda_env, launch_args, toy_config
 from .toy import fraction_good, save_tiny_llama, toy_tokenizer
 
@@ -90,6 +93,22 @@ def test_fsdp_refuses_lora_before_loading_models(monkeypatch, toy_model, tmp_pat
     assert DataParallel.from_environment().fsdp == FSDPSettings()
     with pytest.raises(ValueError, match="FSDP shards full fine-tuning only.*multi_gpu.yaml"):
         Trainer(toy_config(toy_model, tmp_path, lora=True), prompts=PROMPTS, reward_fn=fraction_good)
+
+
+# ---------------------------------------------------------------- what each process holds
+def test_each_process_holds_half_of_every_learner_and_the_reference(toy_model, tmp_path):
+    mp.start_processes(fsdp_worker, args=(free_port(), str(toy_model), str(tmp_path)), nprocs=2, start_method="spawn")
+    r = [json.loads((tmp_path / f"{i}.json").read_text()) for i in range(2)]
+    for name in ("llm_0", "llm_1"):
+        assert r[0][name]["all_sharded"] and r[1][name]["all_sharded"]
+        # The two processes' shards partition the weights, and so the Adam state (2 tensors per weight).
+        assert r[0][name]["local"] + r[1][name]["local"] == r[0][name]["whole"]
+        assert max(r[0][name]["local"], r[1][name]["local"]) < 0.6 * r[0][name]["whole"]
+        assert r[0][name]["adam_local"] == 2 * r[0][name]["local"]
+    assert r[0]["reference"]["local"] + r[1]["reference"]["local"] == r[0]["reference"]["whole"]
+    for x in r:  # a plug-in learner that leaves a trainable module unsharded is stopped, with the fix
+        assert "learner 'llm_0' trains 2 parameter(s) that FSDP does not shard" in x["unsharded_error"]
+        assert "data_parallel.shard(module)" in x["unsharded_error"]
 
 
 # ---------------------------------------------------------------- accelerate launch, 2 processes
