@@ -44,7 +44,8 @@ def fsdp_worker(rank: int, port: int, model: str, results: str) -> None:
                             whole=sum(p.numel() for p in reference.parameters()))  # fmt: skip
     LEARNERS["unsharded_head"] = unsharded_head_learner
     try:
-        Trainer(TrainConfig(**{**config.__dict__, "learner": "unsharded_head"}), prompts=["a b"], reward_fn=fraction_good)
+        plug_in = TrainConfig(**{**config.__dict__, "learner": "unsharded_head"})
+        Trainer(plug_in, prompts=["a b"], reward_fn=fraction_good)
         out["unsharded_error"] = None
     except ValueError as exc:
         out["unsharded_error"] = str(exc)
