@@ -14,8 +14,8 @@ token steps, so acting must not be a collective.
 
 Checkpoints keep the single-process format: :func:`full_state` gathers every sharded tensor
 of a learner's state (weights and optimizer) into a whole CPU tensor, and :func:`shard_state`
-cuts a loaded whole state back into this process's shards. A checkpoint written under FSDP
-therefore loads in a plain run, and the other way round.
+cuts a loaded whole state back into this process's shards. A learner's state from a
+checkpoint written under FSDP therefore loads into a plain single-process learner as it is.
 
 Not supported (refused with a message by :meth:`FSDPSettings.from_environment` or the
 trainer): ``--lora`` (adapters on one shared frozen base), FSDP version 1, parameter CPU
