@@ -22,10 +22,16 @@ everywhere:
 :class:`DataParallel` with one process is the identity: every method returns its input
 untouched, so a run that is not launched (or launched with one process) is bit for bit what
 it was without this module.
+
+Launched with an FSDP config (examples/accelerate/fsdp.yaml), the same holds, but each
+process keeps only a shard of the learners' weights (:meth:`DataParallel.shard`,
+:mod:`agents.fsdp`); FSDP then averages their gradients itself.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -35,11 +41,11 @@ import numpy as np
 import torch
 
 from agents.advantages import whiten
+from agents.fsdp import FSDPSettings, gathered, is_sharded, shard
 
-#: accelerate's launcher variables for the backends this loop cannot run (weights must be replicated).
+#: accelerate's launcher variables for the backends this loop cannot run (FSDP: :mod:`agents.fsdp`).
 _UNSUPPORTED = {
     "ACCELERATE_USE_DEEPSPEED": "DeepSpeed",
-    "ACCELERATE_USE_FSDP": "FSDP",
     "ACCELERATE_USE_MEGATRON_LM": "Megatron-LM",
 }
 
@@ -54,8 +60,10 @@ class DataParallel:
     Build it with :meth:`from_environment`; ``DataParallel()`` is a single process.
     """
 
-    def __init__(self, state: Any = None):
+    def __init__(self, state: Any = None, fsdp: FSDPSettings | None = None):
         self._state = state  # accelerate's PartialState, or None for a single process
+        #: FSDP's settings when launched with an FSDP config (the learners' weights are then sharded).
+        self.fsdp = fsdp
         self.num_processes: int = state.num_processes if state is not None else 1
         self.process_index: int = state.process_index if state is not None else 0
         self.device: torch.device | None = state.device if state is not None else None
@@ -66,11 +74,13 @@ class DataParallel:
         for variable, name in _UNSUPPORTED.items():
             if _flag(variable):
                 raise ValueError(
-                    f"{name} is not supported: every process keeps full copies of the learners (data parallel) and "
-                    f"acts token by token with them. Launch with a multi-GPU config "
-                    f"(accelerate launch --config_file examples/accelerate/multi_gpu.yaml ...); to save memory use "
-                    f"--lora (one shared base), --gradient-checkpointing, --load-in-4bit. See docs/scale-out.md"
+                    f"{name} is not supported: two learners with their own optimizers update in turn and act token "
+                    f"by token. Launch with a multi-GPU config (accelerate launch --config_file "
+                    f"examples/accelerate/multi_gpu.yaml ...), or shard the weights with FSDP "
+                    f"(examples/accelerate/fsdp.yaml); to save memory also --lora (one shared base), "
+                    f"--gradient-checkpointing, --load-in-4bit. See docs/scale-out.md"
                 )
+        fsdp = FSDPSettings.from_environment()
         precision = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
         if precision not in ("no", "bf16"):
             raise ValueError(
@@ -86,12 +96,15 @@ class DataParallel:
                     "(a machine without CUDA runs it on CPUs; set CUDA_VISIBLE_DEVICES= to force that), or "
                     "torchrun --nproc_per_node N"
                 )
-            return cls()
+            if fsdp is None or "MASTER_ADDR" not in os.environ:
+                return cls(fsdp=fsdp)
+            # accelerate launch --num_processes 1 with an FSDP config: FSDP over a group of one process
+            # (nothing saved, but the same code path as with several).
         from accelerate import PartialState
 
         # PartialState (unlike AcceleratorState) does not read the launcher's --cpu itself.
         cpu = _flag("ACCELERATE_USE_CPU") or not torch.cuda.is_available()
-        return cls(PartialState(cpu=cpu))
+        return cls(PartialState(cpu=cpu), fsdp=fsdp)
 
     @property
     def bf16(self) -> bool:
@@ -103,6 +116,11 @@ class DataParallel:
         return self.num_processes > 1
 
     @property
+    def sharded(self) -> bool:
+        """Whether the learners' weights are sharded with FSDP (an FSDP launch, with a process group)."""
+        return self.fsdp is not None and self._state is not None
+
+    @property
     def is_main_process(self) -> bool:
         """The process that writes files (metrics, samples, checkpoints, plots) and shows progress."""
         return self.process_index == 0
@@ -110,6 +128,23 @@ class DataParallel:
     def seed(self, seed: int) -> int:
         """This process's seed: ``seed + process_index`` (accelerate's ``device_specific`` convention)."""
         return seed + self.process_index
+
+    def shard(self, module: torch.nn.Module, *, frozen: bool = False) -> torch.nn.Module:
+        """Under FSDP, shard ``module`` in place (:func:`agents.fsdp.shard`); otherwise return it untouched.
+
+        A learner shards what it adds to its policy (PPO: the value head) before building its
+        optimizer. ``frozen`` (a reference model): its gathered weights are always freed after use.
+        """
+        if not self.sharded:
+            return module
+        return shard(module, dataclasses.replace(self.fsdp, reshard_after_forward=True) if frozen else self.fsdp)
+
+    def gathered(self, modules: Iterable[torch.nn.Module]) -> contextlib.AbstractContextManager:
+        """Under FSDP, ``modules`` hold their whole weights inside the block (:func:`agents.fsdp.gathered`:
+        acting communicates nothing, whatever each process's episode length); otherwise nothing happens."""
+        if not self.sharded:
+            return contextlib.nullcontext()
+        return gathered(modules, self.fsdp)
 
     def wait_for_everyone(self) -> None:
         if self.is_distributed:
@@ -155,11 +190,12 @@ class DataParallel:
         """Replace each gradient by its mean over processes, in one all-reduce per dtype.
 
         Every process must pass the same parameters with the same gradients present (the
-        same forward graph): a parameter without a gradient is left out everywhere.
+        same forward graph): a parameter without a gradient is left out everywhere. Sharded
+        parameters (FSDP) are left out too: FSDP averaged their gradients in ``backward()``.
         """
         if not self.is_distributed:
             return
-        grads = [p.grad for p in params if p.grad is not None]
+        grads = [p.grad for p in params if p.grad is not None and not is_sharded(p)]
         for dtype in sorted({g.dtype for g in grads}, key=str):
             group = [g for g in grads if g.dtype == dtype]
             flat = torch.cat([g.reshape(-1) for g in group])
@@ -172,11 +208,15 @@ class DataParallel:
 
     @torch.no_grad()
     def broadcast_parameters(self, params: Iterable[torch.Tensor]) -> None:
-        """Copy the main process's values into every process's ``params`` (as DDP does at start)."""
+        """Copy the main process's values into every process's ``params`` (as DDP does at start).
+
+        Sharded parameters (FSDP) are left out: :meth:`shard` copied process 0's weights before sharding.
+        """
         if not self.is_distributed:
             return
         for p in params:
-            torch.distributed.broadcast(p.data, src=0)
+            if not is_sharded(p):
+                torch.distributed.broadcast(p.data, src=0)
 
     def whiten(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """:func:`agents.advantages.whiten` with mean and variance over every process's masked entries."""

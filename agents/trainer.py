@@ -34,6 +34,7 @@ from trl.trainer.utils import disable_dropout_in_model
 
 from agents.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from agents.distributed import DataParallel, fingerprint
+from agents.fsdp import full_state, is_sharded, shard_state
 from agents.grpo import GRPOConfig, GRPOLearner
 from agents.kl import ESTIMATORS
 from agents.learner import Episode, Learner
@@ -56,16 +57,18 @@ ROLE_IDS = {"pioneer": 0, "observer": 1}
 #: ``reference`` its frozen reference (learners on one device share it), ``sampling`` LMActor's
 #: keyword arguments. Under ``accelerate launch`` the factory also gets ``data_parallel``
 #: (:class:`~agents.distributed.DataParallel`): the learner must then average its gradients
-#: over the processes (``data_parallel.average_gradients``) so that their weights stay equal.
+#: over the processes (``data_parallel.average_gradients``) so that their weights stay equal,
+#: and under FSDP shard any module it adds to ``policy`` (``data_parallel.shard``) before
+#: building its optimizer (``policy`` and ``reference`` come sharded).
 LearnerFactory = Callable[..., Learner]
 
 
 def ppo_learner(config: TrainConfig, *, policy, reference, seed, sampling, device, data_parallel=None) -> PPOLearner:
     """PPO-LLM: the policy gets a value head (critic)."""
-    return PPOLearner(
-        CausalLMWithValueHead(policy).to(device), reference, config.ppo_config(), seed, sampling,
-        data_parallel=data_parallel,
-    )  # fmt: skip
+    model = CausalLMWithValueHead(policy).to(device)
+    if data_parallel is not None:
+        data_parallel.shard(model.v_head)  # FSDP: the value head is a unit of its own (the LM is one already)
+    return PPOLearner(model, reference, config.ppo_config(), seed, sampling, data_parallel=data_parallel)
 
 
 def grpo_learner(config: TrainConfig, *, policy, reference, seed, sampling, device, data_parallel=None) -> GRPOLearner:
@@ -242,6 +245,11 @@ class Trainer:
             config.grpo_config(config.learner)
             _check_group_size(config.batch_size, config.group_size, config.learner)
         self.data_parallel = dp = DataParallel.from_environment()
+        if dp.fsdp is not None and config.lora:
+            raise ValueError(
+                "FSDP shards full fine-tuning only: --lora keeps one frozen base shared by two adapters. Drop --lora, "
+                "or launch --lora with examples/accelerate/multi_gpu.yaml (data parallel)"
+            )
         if dp.bf16 and not config.bf16:
             self.config = config = dataclasses.replace(config, bf16=True)
         names = ["llm_0", "llm_1"] if config.algo == "cory" else ["pioneer"]
@@ -254,10 +262,11 @@ class Trainer:
             prompts = self.task.prompts(tokenizer, split="train", seed=config.seed, source=prompt_source_name(config))
         reward = get_reward(reward_fn if reward_fn is not None else config.reward, self.device)
         references, policies = self._build_models(config, names, learner_devices)
+        self._policies = list(policies.values())  # what the learners act with (gathered whole for a rollout)
         sampling = dict(do_sample=True, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)
         self.learners: dict[str, Learner] = {}
         for i, name in enumerate(names):
-            extra = {"data_parallel": dp} if dp.is_distributed else {}
+            extra = {"data_parallel": dp} if dp.is_distributed or dp.sharded else {}
             learner = LEARNERS[config.learner](
                 config, policy=policies[name], reference=references[name], seed=dp.seed(config.seed) * 1000 + i,
                 sampling=sampling, device=learner_devices[name], **extra,
@@ -266,6 +275,8 @@ class Trainer:
                 raise TypeError(f"learner {config.learner!r} built a {type(learner).__name__}, which lacks act, learn, "
                                 f"state_dict or load_state_dict (see agents.learner.Learner)")  # fmt: skip
             self.learners[name] = learner
+        if dp.sharded:
+            _check_sharded(self.learners)
         # Every process starts from process 0's weights (value heads included), then draws its own data.
         dp.broadcast_parameters(p for learner in self.learners.values() for p in _trainable_parameters(learner))
         if dp.is_distributed:
@@ -354,6 +365,16 @@ class Trainer:
         base = load_causal_lm(config.model, device=None if config.load_in_4bit else self.device, **kwargs)
         disable_dropout_in_model(base)
         base.requires_grad_(False)
+        dp = self.data_parallel
+        if dp.sharded:
+            lms = {n: copy.deepcopy(base).requires_grad_(True) for n in names}
+            if config.gradient_checkpointing:
+                for lm in lms.values():
+                    lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            for lm in lms.values():
+                dp.shard(lm)
+            dp.shard(base, frozen=True)  # the shared frozen reference
+            return dict.fromkeys(names, base), lms
         if not config.lora:
             on_device = {self.device: base}  # one frozen reference per device
             for device in devices.values():
@@ -380,20 +401,25 @@ class Trainer:
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         """Everything a resume needs. In a data-parallel run every process must call it (it
-        gathers each process's random states and weight fingerprints, checked to be equal)."""
+        gathers each process's random states and weight fingerprints, checked to be equal;
+        under FSDP also every sharded weight and optimizer state, whole, onto the CPU)."""
+        dp = self.data_parallel
+        sharded = dp.sharded
+        learners = {n: learner.state_dict() for n, learner in self.learners.items()}
+        if sharded:  # whole tensors, as a single process saves them (a collective)
+            learners = {n: full_state(s) for n, s in learners.items()}
         state = {
             "iteration": self.iteration,
-            "learners": {n: learner.state_dict() for n, learner in self.learners.items()},
+            "learners": learners,
             "episodes": getattr(self.game, "episodes", None),
             "env_rng": self.game.unwrapped.np_random.bit_generator.state,
             "torch_rng": torch.get_rng_state(),
             "config": dataclasses.asdict(self.config),
         }
-        dp = self.data_parallel
         if dp.is_distributed:
             weights = {
                 n: fingerprint(state["learners"][n]["model"] if "model" in state["learners"][n]
-                               else {str(i): p for i, p in enumerate(_trainable_parameters(learner))})
+                               else _named_trainable(learner, gather=sharded))
                 for n, learner in self.learners.items()
             }  # fmt: skip
             dp.check_in_sync(weights)
@@ -426,8 +452,12 @@ class Trainer:
                 for n, s in state["learners"].items()
             }
         self.iteration = state["iteration"]
+        sharded = self.data_parallel.sharded
         for name, learner in self.learners.items():
-            learner.load_state_dict(state["learners"][name])
+            mine = state["learners"][name]
+            if sharded:  # this process's shards of the whole tensors
+                mine = shard_state(mine, learner.state_dict(), _trainable_parameters(learner))
+            learner.load_state_dict(mine)
         if state["episodes"] is not None:
             self.game.episodes = state["episodes"]
         raw = self.game.unwrapped
@@ -440,13 +470,14 @@ class Trainer:
         """Play one batched episode; return each learner's episode and final info."""
         self.game.reset(seed=self.data_parallel.seed(self.config.seed) if self.iteration == 0 else None)
         finals = {}
-        for agent in self.game.agent_iter():
-            obs, reward, term, trunc, info = self.game.last()
-            if term or trunc:
-                finals[agent] = (Episode.from_final_step(obs, info), info)
-                self.game.step(None)
-            else:
-                self.game.step(self.learners[agent].act(agent, obs))
+        with self.data_parallel.gathered(self._policies):  # FSDP: whole weights while acting
+            for agent in self.game.agent_iter():
+                obs, reward, term, trunc, info = self.game.last()
+                if term or trunc:
+                    finals[agent] = (Episode.from_final_step(obs, info), info)
+                    self.game.step(None)
+                else:
+                    self.game.step(self.learners[agent].act(agent, obs))
         return finals
 
     def run_iteration(self) -> tuple[dict[str, float], list[dict[str, Any]]]:
@@ -536,6 +567,25 @@ def _trainable_parameters(learner: Learner) -> list[torch.nn.Parameter]:
     if optimizer is not None:
         return [p for group in optimizer.param_groups for p in group["params"]]
     return [p for p in learner.model.parameters() if p.requires_grad]
+
+
+def _named_trainable(learner: Learner, gather: bool = False) -> dict[str, torch.Tensor]:
+    """A learner's trainable weights by position (for a learner whose state has no ``"model"``);
+    ``gather``: whole tensors of sharded ones (a collective)."""
+    named = {str(i): p for i, p in enumerate(_trainable_parameters(learner))}
+    return full_state(named) if gather else named
+
+
+def _check_sharded(learners: dict[str, Learner]) -> None:
+    """Under FSDP every trainable weight must be sharded (a learner shards what it adds to its policy)."""
+    for name, learner in learners.items():
+        plain = [p for p in _trainable_parameters(learner) if not is_sharded(p)]
+        if plain:
+            raise ValueError(
+                f"learner {name!r} trains {len(plain)} parameter(s) that FSDP does not shard (shapes "
+                f"{[tuple(p.shape) for p in plain[:3]]}): a learner must pass every module it adds to the policy "
+                f"through data_parallel.shard(module) before building its optimizer (see agents/fsdp.py)"
+            )
 
 
 def _target_modules(spec: str) -> str | list[str]:

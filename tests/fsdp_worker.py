@@ -1,0 +1,55 @@
+"""A process of the two-process FSDP test (spawned): what each process holds after sharding."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from agents.fsdp import is_sharded
+from agents.ppo import PPOLearner
+from agents.trainer import LEARNERS, TrainConfig, Trainer, _trainable_parameters
+from agents.value_model import CausalLMWithValueHead
+
+from .toy import fraction_good
+
+
+def unsharded_head_learner(config, *, policy, reference, seed, sampling, device, data_parallel=None):
+    """A plug-in learner that forgets to shard the module it adds (the value head)."""
+    return PPOLearner(CausalLMWithValueHead(policy), reference, config.ppo_config(), seed, sampling,
+                      data_parallel=data_parallel)  # fmt: skip
+
+
+def fsdp_worker(rank: int, port: int, model: str, results: str) -> None:
+    os.environ.update(WORLD_SIZE="2", RANK=str(rank), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port), CUDA_VISIBLE_DEVICES="", ACCELERATE_USE_FSDP="true",
+                      FSDP_VERSION="2")  # fmt: skip
+    config = TrainConfig(model=model, iterations=1, batch_size=4, mini_batch_size=2, ppo_epochs=1, lr=1e-2,
+                         min_new_tokens=3, max_new_tokens=4, out=str(Path(results) / "run"), tensorboard=False,
+                         context_length=48)  # fmt: skip
+    trainer = Trainer(config, prompts=["the movie was", "the plot is"], reward_fn=fraction_good)
+    trainer.run_iteration()
+    out: dict = {}
+    for name, learner in trainer.learners.items():
+        params = _trainable_parameters(learner)
+        states = [t for s in learner.optimizer.state.values() for t in s.values() if t.dim() > 0]
+        out[name] = dict(
+            all_sharded=all(is_sharded(p) for p in params) and all(is_sharded(t) for t in states),
+            local=sum(p.to_local().numel() for p in params),
+            whole=sum(p.numel() for p in params),
+            adam_local=sum(t.to_local().numel() for t in states),
+        )  # fmt: skip
+    reference = trainer.learners["llm_0"].reference
+    out["reference"] = dict(local=sum(p.to_local().numel() for p in reference.parameters()),
+                            whole=sum(p.numel() for p in reference.parameters()))  # fmt: skip
+    LEARNERS["unsharded_head"] = unsharded_head_learner
+    try:
+        plug_in = TrainConfig(**{**config.__dict__, "learner": "unsharded_head"})
+        Trainer(plug_in, prompts=["a b"], reward_fn=fraction_good)
+        out["unsharded_error"] = None
+    except ValueError as exc:
+        out["unsharded_error"] = str(exc)
+    Path(results, f"{rank}.json").write_text(json.dumps(out))
+    import torch
+
+    torch.distributed.destroy_process_group()
