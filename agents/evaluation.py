@@ -225,7 +225,7 @@ def policy_from_checkpoint(state: dict[str, Any], *, reward_fn: RewardFunction, 
     config = train_config_from(state["config"], device=device)
     trainer = Trainer(config, prompts=_UNUSED_PROMPTS, reward_fn=reward_fn)
     for name, learner in trainer.learners.items():
-        learner.model.load_trainable_state_dict(state["learners"][name]["model"])
+        learner.load_trainable_state_dict(state["learners"][name]["model"])
         learner.kl_ctl.load_state_dict(state["learners"][name]["kl_ctl"])
     return trainer
 

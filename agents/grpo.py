@@ -35,7 +35,7 @@ group normalisation already makes the advantages scale-free (``grpo``).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -45,9 +45,9 @@ from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
 from agents.advantages import GROUP_BASELINES, group_advantages, masked_mean
 from agents.distributed import DataParallel
-from agents.kl import ESTIMATORS, AdaptiveKLController, FixedKLController, kl_per_token
+from agents.kl import ESTIMATORS, kl_per_token
 from agents.learner import Episode, reward_metrics
-from agents.lm_actor import LMActor
+from agents.lm_learner import LMLearner, response_logits
 from agents.losses import policy_loss
 
 KL_PENALTIES = ("loss", "reward")
@@ -92,17 +92,7 @@ class GRPOConfig:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
 
 
-def response_logits(lm: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, T: int) -> torch.Tensor:
-    """Logits ``(B, T, V)`` that predicted the last ``T`` tokens (the response), left padding handled."""
-    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    out = lm(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=False,
-        logits_to_keep=T + 1,
-    )  # fmt: skip
-    return out.logits[:, :-1]
-
-
-class GRPOLearner:
+class GRPOLearner(LMLearner):
     """A group-relative learning agent: policy (a causal LM, no value head), optimizer, KL controller.
 
     Args:
@@ -127,41 +117,16 @@ class GRPOLearner:
         sampling: dict[str, Any] | None = None,
         data_parallel: DataParallel | None = None,
     ):
-        self.data_parallel = data_parallel or DataParallel()
-        self.model = model
-        self.reference = reference.eval()  # frozen by whoever built it (it may share weights)
-        self.config = config
-        self.group_size = config.group_size
-        self.generator = torch.Generator().manual_seed(seed)  # minibatch shuffling, on the CPU
-        self.sampling_generator = torch.Generator(self.device).manual_seed(seed)
-        self.actor = LMActor(model, generator=self.sampling_generator, bf16=config.bf16, **(sampling or {}))
         params = (
             model.trainable_parameters()
             if hasattr(model, "trainable_parameters")  # an AdapterView: its adapter only
             else [p for p in model.parameters() if p.requires_grad]
         )
-        fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
-        self.optimizer = torch.optim.AdamW(
-            params, lr=config.learning_rate, weight_decay=config.weight_decay, fused=fused or None
-        )
-        self._params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        self.kl_ctl = (
-            AdaptiveKLController(config.kl_coef, config.target_kl, config.kl_horizon)
-            if config.adaptive_kl
-            else FixedKLController(config.kl_coef)
-        )
-        self.model.eval()
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
-
-    def _autocast(self) -> torch.autocast:
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.config.bf16)
-
-    def act(self, agent: str, observation: dict[str, np.ndarray]) -> np.ndarray | int:
-        # The model is in eval mode outside learn(): no per-token mode switch on this hot path.
-        return self.actor.act(agent, observation)
+        super().__init__(
+            model, reference, config, acting_model=model, params=params, kl_coef=config.kl_coef, seed=seed,
+            sampling=sampling, data_parallel=data_parallel,
+        )  # fmt: skip
+        self.group_size = config.group_size
 
     # ------------------------------------------------------------------ scoring
     def _check_groups(self, ep: Episode) -> None:
@@ -186,9 +151,8 @@ class GRPOLearner:
         ids, mask = ep.input_ids.to(dev), ep.attention_mask.to(dev)
         response, response_mask = ids[:, -T:], mask[:, -T:].float()
         with self._autocast():
-            logits = response_logits(self.model, ids, mask, T)
-            ref_logits = response_logits(self.reference, ids, mask, T)
-        logits, ref_logits = logits.float(), ref_logits.float()
+            logits = response_logits(self.model, ids, mask, T).float()
+        ref_logits = self._reference_logits(ids, mask, T)
         logprobs = selective_log_softmax(logits, response)
         ref_logprobs = selective_log_softmax(ref_logits, response)
         exact = kl_per_token(logprobs, ref_logprobs, "full", logits=logits, ref_logits=ref_logits)
@@ -268,39 +232,3 @@ class GRPOLearner:
         if dp.is_distributed:  # the reward metrics over every process's conversations
             ep = dataclasses.replace(ep, scores=dp.gather(ep.scores), task_rewards=dp.gather(ep.task_rewards))
         return {**reward_metrics(ep, kl_sum, kl_coef), **means}
-
-    def _optimizer_step(self) -> None:
-        self.data_parallel.average_gradients(self._params)
-        if self.config.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self._params, self.config.max_grad_norm)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-
-    # ------------------------------------------------------------------ checkpoints
-    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
-        """The weights this learner trains (not a shared frozen base), by parameter name."""
-        trainable = {id(p) for p in self._params}
-        return {n: p.detach().clone() for n, p in self.model.named_parameters() if id(p) in trainable}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.trainable_state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "kl_ctl": self.kl_ctl.state_dict(),
-            "generator": self.generator.get_state(),
-            "sampling_generator": self.sampling_generator.get_state(),
-            "config": asdict(self.config),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        params = dict(self.model.named_parameters())
-        missing = set(self.trainable_state_dict()) - set(state["model"])
-        if missing:
-            raise KeyError(f"checkpoint lacks {len(missing)} trainable weights, e.g. {sorted(missing)[:3]}")
-        with torch.no_grad():
-            for name, value in state["model"].items():
-                params[name].copy_(value)
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.kl_ctl.load_state_dict(state["kl_ctl"])
-        self.generator.set_state(state["generator"])
-        self.sampling_generator.set_state(state["sampling_generator"])

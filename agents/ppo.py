@@ -14,7 +14,7 @@ One iteration for a learner, as in TRL 0.7's ``PPOTrainer.step`` (which CORY's a
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,9 +23,9 @@ from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
 from agents.advantages import gae, masked_mean
 from agents.distributed import DataParallel
-from agents.kl import ESTIMATORS, AdaptiveKLController, FixedKLController, kl_per_token, token_rewards
+from agents.kl import ESTIMATORS, kl_per_token, token_rewards
 from agents.learner import Episode
-from agents.lm_actor import LMActor
+from agents.lm_learner import LMLearner
 from agents.losses import policy_loss, value_loss
 from agents.value_model import CausalLMWithValueHead
 
@@ -88,7 +88,7 @@ class RunningMoments:
         self.mean, self.var, self.count = state["mean"], state["var"], state["count"]
 
 
-class PPOLearner:
+class PPOLearner(LMLearner):
     """A learning agent: policy + value head, optimizer, KL controller, score statistics.
 
     Args:
@@ -115,38 +115,11 @@ class PPOLearner:
         sampling: dict[str, Any] | None = None,
         data_parallel: DataParallel | None = None,
     ):
-        self.model = model
-        self.data_parallel = data_parallel or DataParallel()
-        self.reference = reference.eval()  # frozen by whoever built it (it may share weights)
-        self.config = config
-        self.generator = torch.Generator().manual_seed(seed)  # minibatch shuffling, on the CPU
-        self.sampling_generator = torch.Generator(self.device).manual_seed(seed)
-        self.actor = LMActor(model.lm, generator=self.sampling_generator, bf16=config.bf16, **(sampling or {}))
-        params = model.trainable_parameters()
-        # The fused kernel is about 5x faster than the default on a CPU (one pass per step).
-        fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
-        self.optimizer = torch.optim.AdamW(
-            params, lr=config.learning_rate, weight_decay=config.weight_decay, fused=fused or None
-        )
-        self._params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        self.kl_ctl = (
-            AdaptiveKLController(config.init_kl_coef, config.target_kl, config.kl_horizon)
-            if config.adaptive_kl
-            else FixedKLController(config.init_kl_coef)
-        )
+        super().__init__(
+            model, reference, config, acting_model=model.lm, params=model.trainable_parameters(),
+            kl_coef=config.init_kl_coef, seed=seed, sampling=sampling, data_parallel=data_parallel,
+        )  # fmt: skip
         self.score_moments = RunningMoments()
-        self.model.eval()
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
-
-    def _autocast(self) -> torch.autocast:
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.config.bf16)
-
-    def act(self, agent: str, observation: dict[str, np.ndarray]) -> np.ndarray | int:
-        # The model is in eval mode outside learn(): no per-token mode switch on this hot path.
-        return self.actor.act(agent, observation)
 
     # ------------------------------------------------------------------ scoring
     def _process_scores(self, scores: np.ndarray) -> torch.Tensor:
@@ -166,15 +139,6 @@ class PPOLearner:
         return logits[:, :-1].float(), values[:, :-1].float()
 
     @torch.no_grad()
-    def _reference_logits(self, ids: torch.Tensor, mask: torch.Tensor, T: int) -> torch.Tensor:
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        with self._autocast():
-            ref_logits = self.reference(
-                input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False, logits_to_keep=T + 1
-            ).logits
-        return ref_logits[:, :-1].float()
-
-    @torch.no_grad()
     def _score(
         self, logits: torch.Tensor, values: torch.Tensor, ref_logits: torch.Tensor, response: torch.Tensor,
         response_mask: torch.Tensor,
@@ -191,17 +155,6 @@ class PPOLearner:
             "values": values,
             "kl": kl * response_mask,
         }
-
-    def kl_to_reference(self, ep: Episode) -> np.ndarray:
-        """Exact KL to the reference summed over each response, ``(B,)``: per conversation, the
-        quantity whose batch mean ``learn`` logs as ``kl`` (used by :mod:`agents.evaluation`)."""
-        T = ep.response_width
-        ids, attn = ep.input_ids.to(self.device), ep.attention_mask.to(self.device)
-        self.model.eval()
-        with torch.no_grad():
-            logits, values = self._forward(ids, attn, T)
-        s = self._score(logits, values, self._reference_logits(ids, attn, T), ids[:, -T:], attn[:, -T:].float())
-        return s["kl_exact"].sum(-1).cpu().numpy().astype(np.float64)
 
     # ------------------------------------------------------------------ learning
     def learn(self, ep: Episode) -> dict[str, float]:
@@ -294,30 +247,10 @@ class PPOLearner:
             **means,
         }
 
-    def _optimizer_step(self) -> None:
-        """Average the gradients over processes, clip them, step, zero them."""
-        self.data_parallel.average_gradients(self._params)
-        if self.config.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self._params, self.config.max_grad_norm)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model.trainable_state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "kl_ctl": self.kl_ctl.state_dict(),
-            "score_moments": self.score_moments.state_dict(),
-            "generator": self.generator.get_state(),
-            "sampling_generator": self.sampling_generator.get_state(),
-            "config": asdict(self.config),
-        }
+        return {**super().state_dict(), "score_moments": self.score_moments.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_trainable_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.kl_ctl.load_state_dict(state["kl_ctl"])
+        super().load_state_dict(state)
         self.score_moments.load_state_dict(state["score_moments"])
-        self.generator.set_state(state["generator"])
-        self.sampling_generator.set_state(state["sampling_generator"])

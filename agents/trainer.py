@@ -368,9 +368,7 @@ class Trainer:
         dp = self.data_parallel
         if dp.sharded:
             lms = {n: copy.deepcopy(base).requires_grad_(True) for n in names}
-            if config.gradient_checkpointing:
-                for lm in lms.values():
-                    lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            _checkpoint_activations(config, *lms.values())
             for lm in lms.values():
                 dp.shard(lm)
             dp.shard(base, frozen=True)  # the shared frozen reference
@@ -380,9 +378,7 @@ class Trainer:
             for device in devices.values():
                 on_device.setdefault(device, copy.deepcopy(base).to(device))
             lms = {n: copy.deepcopy(on_device[devices[n]]).requires_grad_(True) for n in names}
-            if config.gradient_checkpointing:
-                for lm in lms.values():
-                    lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            _checkpoint_activations(config, *lms.values())
             references = {n: on_device[devices[n]] for n in names}
             return references, lms
         from peft import LoraConfig
@@ -393,8 +389,7 @@ class Trainer:
             r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0,
             target_modules=_target_modules(config.lora_target_modules), task_type="CAUSAL_LM",
         )  # fmt: skip
-        if config.gradient_checkpointing:  # only active in training mode, so rollouts keep their KV cache
-            base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        _checkpoint_activations(config, base)  # only active in training mode, so rollouts keep their KV cache
         shared = shared_lora_model(base, names, lora)
         return dict.fromkeys(names, AdapterView(shared, None)), {n: AdapterView(shared, n) for n in names}
 
@@ -551,6 +546,13 @@ class Trainer:
             plot_run(self.out)
         dp.wait_for_everyone()
         return self.out
+
+
+def _checkpoint_activations(config: TrainConfig, *models: torch.nn.Module) -> None:
+    """``--gradient-checkpointing``: recompute activations in the backward pass (non-reentrant)."""
+    if config.gradient_checkpointing:
+        for model in models:
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
 
 
 def _check_group_size(batch_size: int, group_size: int, learner: str) -> None:

@@ -35,20 +35,6 @@ class CausalLMWithValueHead(nn.Module):
         )
         return [*lm_params, *self.v_head.parameters()]
 
-    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
-        """The weights a checkpoint needs: the trainable ones (not a shared frozen base)."""
-        trainable = {id(p) for p in self.trainable_parameters()}
-        return {n: p.detach().clone() for n, p in self.named_parameters() if id(p) in trainable}
-
-    def load_trainable_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        params = dict(self.named_parameters())
-        missing = set(self.trainable_state_dict()) - set(state)
-        if missing:
-            raise KeyError(f"checkpoint lacks {len(missing)} trainable weights, e.g. {sorted(missing)[:3]}")
-        with torch.no_grad():
-            for name, value in state.items():
-                params[name].copy_(value)
-
     def forward(
         self,
         input_ids: torch.Tensor,

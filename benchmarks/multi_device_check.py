@@ -59,11 +59,11 @@ def learner_placement(model: Path, out: Path, devices: str) -> dict:
         want = wanted[name].type
         ok = all(torch.device(d).type == want for d in model_devices | reference_devices)
         assert ok and learner.sampling_generator.device.type == want, (name, placement[name])
-    before = {n: fingerprint(learner.model.trainable_state_dict()) for n, learner in trainer.learners.items()}
+    before = {n: fingerprint(learner.trainable_state_dict()) for n, learner in trainer.learners.items()}
     start = time.perf_counter()
     metrics = [trainer.run_iteration()[0] for _ in range(config.iterations)]
     seconds = time.perf_counter() - start
-    after = {n: fingerprint(learner.model.trainable_state_dict()) for n, learner in trainer.learners.items()}
+    after = {n: fingerprint(learner.trainable_state_dict()) for n, learner in trainer.learners.items()}
     finite = all(np.isfinite(v) for m in metrics for v in m.values())
     assert finite, metrics
     assert all(before[n] != after[n] for n in before), "a learner did not update"

@@ -155,7 +155,7 @@ def accelerate_launch(args: list[str]) -> subprocess.CompletedProcess:
 def initial_fingerprints(args: list[str]) -> dict[str, str]:
     (config,) = HfArgumentParser(TrainConfig).parse_args_into_dataclasses(args=args)
     trainer = Trainer(config)  # a single process builds the same initial weights
-    return {n: fingerprint(learner.model.trainable_state_dict()) for n, learner in trainer.learners.items()}
+    return {n: fingerprint(learner.trainable_state_dict()) for n, learner in trainer.learners.items()}
 
 
 def check_data_parallel_run(out: Path, args: list[str], learners: list[str]) -> None:

@@ -222,7 +222,7 @@ def test_one_minibatch_reuses_the_first_forward_as_the_scoring_pass(toy_model, g
         forward = learner._forward
         learner._forward = lambda *a, _f=forward: calls.append(1) or _f(*a)
         stats = learner.learn(episode)
-        results[reuse] = (len(calls), stats, learner.model.trainable_state_dict())
+        results[reuse] = (len(calls), stats, learner.trainable_state_dict())
     assert results[True][0] == config.ppo_epochs and results[False][0] == config.ppo_epochs + 1
     for key in ("kl", "policy_loss", "value_loss", "entropy"):
         assert results[True][1][key] == pytest.approx(results[False][1][key], rel=1e-4, abs=1e-6), key
