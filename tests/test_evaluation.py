@@ -198,6 +198,21 @@ def test_evaluate_a_checkpoint(trained):
     assert "pass@1" not in only["learners"]["llm_1"]  # sentiment: no pass@k unless a threshold is given
 
 
+@pytest.mark.parametrize("learner", ["grpo", "rloo"])
+def test_evaluate_a_critic_free_learners_checkpoint(toy_model, tmp_path, learner):
+    """Evaluation loads any LM learner's weights (no value head here) and measures its KL."""
+    config = TrainConfig(
+        model=str(toy_model), algo="cory", learner=learner, group_size=2, iterations=1, batch_size=4,
+        mini_batch_size=4, ppo_epochs=2, lr=3e-2, min_new_tokens=3, max_new_tokens=5, context_length=48,
+        out=str(tmp_path), tensorboard=False, reward=REWARD, review_source="rotten_tomatoes",
+    )  # fmt: skip
+    Trainer(config).train(progress=False)
+    result = evaluate(small(checkpoint=str(tmp_path)), progress=False, write=False)
+    assert result["learners"].keys() == {"llm_0", "llm_1"}
+    for m in result["learners"].values():
+        assert math.isfinite(m["task_reward_mean"]) and m["kl"] > 1e-4  # trained away from the reference
+
+
 def test_a_loaded_checkpoint_answers_exactly_as_the_trained_policy(trained):
     out, trainer = trained
     loaded = evaluate(small(checkpoint=str(out)), progress=False, write=False)["learners"]
