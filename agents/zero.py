@@ -140,6 +140,8 @@ def load_optimizer_state(ds_engine, params: list[nn.Parameter], optimizer_state:
                 "exp_avg": torch.zeros_like(flat),
                 "exp_avg_sq": torch.zeros_like(flat),
             }
+    # Link each weight to its fragment of the new state (what ZeRO does after its first step).
+    ds_engine.optimizer._lazy_init_hp_params_optimizer_state()
     for i, p in enumerate(params):
         if i in saved:
             for k in ("exp_avg", "exp_avg_sq"):
