@@ -9,10 +9,14 @@ A subclass passes its policy module and the causal LM inside it that acts, and i
   KV cache), sampling with this learner's own generator;
 * ``optimizer``: AdamW over the trainable weights only (a LoRA adapter and not its shared
   base), the fused kernel where the device has it; :meth:`_optimizer_step` averages the
-  gradients over the processes of a data-parallel run, clips and steps;
+  gradients over the processes of a data-parallel run, clips and steps; a subclass's ``learn``
+  calls :meth:`_backward` for each (accumulation-scaled) loss and :meth:`_optimizer_step` at
+  each accumulation boundary, which under DeepSpeed ZeRO-1/2 go through this learner's own
+  engine (:mod:`agents.zero`);
 * ``kl_ctl``: a fixed or adaptive (Ziegler et al., 2019) KL coefficient;
 * ``state_dict``/``load_state_dict``: the trainable weights by name, the optimizer, the
-  controller and both random generators, so a resumed run continues exactly.
+  controller and both random generators, so a resumed run continues exactly (under ZeRO the
+  optimizer state is gathered whole, so the format is the single-process one).
 """
 
 from __future__ import annotations

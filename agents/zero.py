@@ -63,7 +63,9 @@ class ZeROSettings:
                 "zero_stage: 2 (see docs/scale-out.md)"
             )
         if stage not in (1, 2):
-            raise ValueError(f"DeepSpeed zero_stage must be 1 or 2, got {stage} (see examples/accelerate/deepspeed_zero2.yaml)")
+            raise ValueError(
+                f"DeepSpeed zero_stage must be 1 or 2, got {stage} (see examples/accelerate/deepspeed_zero2.yaml)"
+            )
         for variable in ("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE"):
             if os.environ.get(variable, "none").lower() not in ("none", ""):
                 raise ValueError(

@@ -51,11 +51,11 @@ def toy_model(tmp_path_factory) -> Path:
     return save_tiny_llama(tmp_path_factory.mktemp("toy_llama"), toy_tokenizer())
 
 
-def launch(config: Path, args: list[str]) -> subprocess.CompletedProcess:
+def launch(config: Path, args: list[str], *launcher: str) -> subprocess.CompletedProcess:
     """``accelerate launch`` on 2 CPU processes; they import deepspeed from where this one does."""
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config), "--num_processes", "2",
-        "--main_process_port", str(free_port()), str(ROOT / "examples" / "train_cory.py"), *args,
+        "--main_process_port", str(free_port()), *launcher, str(ROOT / "examples" / "train_cory.py"), *args,
     ]  # fmt: skip
     env = hide_cuda_env(PYTHONPATH=f"{ROOT}{os.pathsep}{deepspeed_path()}")
     result = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -110,9 +110,10 @@ def test_zero_refuses_lora(monkeypatch, toy_model, tmp_path):
 # ---------------------------------------------------------------- what each process holds
 @needs_deepspeed
 def test_each_process_holds_half_of_every_learners_adam_state(toy_model, tmp_path):
+    pythonpath = f"{ROOT}{os.pathsep}{deepspeed_path()}"
     mp.start_processes(
-        _spawned_zero_worker, args=(free_port(), str(toy_model), str(tmp_path), f"{ROOT}{os.pathsep}{deepspeed_path()}"),
-        nprocs=2, start_method="spawn",
+        _spawned_zero_worker, args=(free_port(), str(toy_model), str(tmp_path), pythonpath), nprocs=2,
+        start_method="spawn",
     )  # fmt: skip
     r = [json.loads((tmp_path / f"{i}.json").read_text()) for i in range(2)]
     for name in ("llm_0", "llm_1"):
@@ -135,18 +136,19 @@ def _spawned_zero_worker(rank, port, model, results, pythonpath):
 # ---------------------------------------------------------------- accelerate launch, 2 processes
 @needs_deepspeed
 @pytest.mark.parametrize(
-    "extra",
+    "extra, launcher",
     [
-        "--algo cory --role-exchange-period 1 --gradient-accumulation-steps 2",
-        pytest.param("--algo cory --learner grpo --group-size 2", marks=pytest.mark.slow),
+        ("--algo cory --role-exchange-period 1 --gradient-accumulation-steps 2", ""),
+        pytest.param("--algo cory --learner grpo --group-size 2", "", marks=pytest.mark.slow),
+        pytest.param("--algo ppo --adaptive-kl --score-scaling", "--zero_stage 1", marks=pytest.mark.slow),
     ],
 )
-def test_zero2_run_matches_the_data_parallel_run(toy_model, tmp_path, extra):
-    """One iteration (same rollouts: the weights start equal) under ZeRO-2 and under the all-reduce:
+def test_zero_run_matches_the_data_parallel_run(toy_model, tmp_path, extra, launcher):
+    """One iteration (same rollouts: the weights start equal) under ZeRO-2 (or 1) and under the all-reduce:
     the same updated weights and Adam state; the checkpoint loads into a plain single-process learner."""
     common = [*extra.split(), "--iterations", "1"]
     args = launch_args(toy_model, tmp_path / "zero", *common)
-    result = launch(ZERO2_CONFIG, args)
+    result = launch(ZERO2_CONFIG, args, *launcher.split())
     assert result.stdout.count("metrics:") == 1
     launch(MULTI_GPU_CONFIG, launch_args(toy_model, tmp_path / "dp", *common))
     zero, dp = whole_state(tmp_path / "zero"), whole_state(tmp_path / "dp")
