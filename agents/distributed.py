@@ -25,7 +25,10 @@ it was without this module.
 
 Launched with an FSDP config (examples/accelerate/fsdp.yaml), the same holds, but each
 process keeps only a shard of the learners' weights (:meth:`DataParallel.shard`,
-:mod:`agents.fsdp`); FSDP then averages their gradients itself.
+:mod:`agents.fsdp`); FSDP then averages their gradients itself. Launched with a DeepSpeed
+ZeRO-1/2 config (examples/accelerate/deepspeed_zero2.yaml), each process keeps whole weights
+but only a partition of the Adam state (and gradients), and each learner steps through its
+own DeepSpeed engine (:mod:`agents.zero`).
 """
 
 from __future__ import annotations
@@ -42,10 +45,10 @@ import torch
 
 from agents.advantages import whiten
 from agents.fsdp import FSDPSettings, gathered, is_sharded, shard
+from agents.zero import ZeROSettings
 
 #: accelerate's launcher variables for the backends this loop cannot run (FSDP: :mod:`agents.fsdp`).
 _UNSUPPORTED = {
-    "ACCELERATE_USE_DEEPSPEED": "DeepSpeed",
     "ACCELERATE_USE_MEGATRON_LM": "Megatron-LM",
 }
 
@@ -60,10 +63,13 @@ class DataParallel:
     Build it with :meth:`from_environment`; ``DataParallel()`` is a single process.
     """
 
-    def __init__(self, state: Any = None, fsdp: FSDPSettings | None = None):
+    def __init__(self, state: Any = None, fsdp: FSDPSettings | None = None, zero: ZeROSettings | None = None):
         self._state = state  # accelerate's PartialState, or None for a single process
         #: FSDP's settings when launched with an FSDP config (the learners' weights are then sharded).
         self.fsdp = fsdp
+        #: DeepSpeed ZeRO's settings when launched with a DeepSpeed config over several processes
+        #: (each learner then steps through its own engine, :mod:`agents.zero`).
+        self.zero = zero if state is not None and state.num_processes > 1 else None
         self.num_processes: int = state.num_processes if state is not None else 1
         self.process_index: int = state.process_index if state is not None else 0
         self.device: torch.device | None = state.device if state is not None else None
@@ -81,6 +87,7 @@ class DataParallel:
                     f"--gradient-checkpointing, --load-in-4bit. See docs/scale-out.md"
                 )
         fsdp = FSDPSettings.from_environment()
+        zero = ZeROSettings.from_environment()
         precision = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
         if precision not in ("no", "bf16"):
             raise ValueError(
@@ -97,14 +104,14 @@ class DataParallel:
                     "torchrun --nproc_per_node N"
                 )
             if fsdp is None or "MASTER_ADDR" not in os.environ:
-                return cls(fsdp=fsdp)
+                return cls(fsdp=fsdp, zero=zero)
             # accelerate launch --num_processes 1 with an FSDP config: FSDP over a group of one process
             # (nothing saved, but the same code path as with several).
         from accelerate import PartialState
 
         # PartialState (unlike AcceleratorState) does not read the launcher's --cpu itself.
         cpu = _flag("ACCELERATE_USE_CPU") or not torch.cuda.is_available()
-        return cls(PartialState(cpu=cpu), fsdp=fsdp)
+        return cls(PartialState(cpu=cpu), fsdp=fsdp, zero=zero)
 
     @property
     def bf16(self) -> bool:

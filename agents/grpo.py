@@ -203,7 +203,7 @@ class GRPOLearner(LMLearner):
                 if c.kl_penalty == "loss":
                     kl_loss = masked_mean(kl_per_token(new_logprobs, s["ref_logprobs"][idx], "k3"), m)
                     loss = loss + kl_coef * kl_loss
-                (loss / c.gradient_accumulation_steps).backward()
+                self._backward(loss / c.gradient_accumulation_steps)
                 step_in_accumulation += 1
                 if step_in_accumulation % c.gradient_accumulation_steps == 0:
                     self._optimizer_step()

@@ -9,10 +9,14 @@ A subclass passes its policy module and the causal LM inside it that acts, and i
   KV cache), sampling with this learner's own generator;
 * ``optimizer``: AdamW over the trainable weights only (a LoRA adapter and not its shared
   base), the fused kernel where the device has it; :meth:`_optimizer_step` averages the
-  gradients over the processes of a data-parallel run, clips and steps;
+  gradients over the processes of a data-parallel run, clips and steps; a subclass's ``learn``
+  calls :meth:`_backward` for each (accumulation-scaled) loss and :meth:`_optimizer_step` at
+  each accumulation boundary, which under DeepSpeed ZeRO-1/2 go through this learner's own
+  engine (:mod:`agents.zero`);
 * ``kl_ctl``: a fixed or adaptive (Ziegler et al., 2019) KL coefficient;
 * ``state_dict``/``load_state_dict``: the trainable weights by name, the optimizer, the
-  controller and both random generators, so a resumed run continues exactly.
+  controller and both random generators, so a resumed run continues exactly (under ZeRO the
+  optimizer state is gathered whole, so the format is the single-process one).
 """
 
 from __future__ import annotations
@@ -85,6 +89,11 @@ class LMLearner:
             params, lr=config.learning_rate, weight_decay=config.weight_decay, fused=fused or None
         )
         self._params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        # DeepSpeed ZeRO (agents.zero): the engine is built at the first backward pass, after the trainer
+        # made the weights equal everywhere; it then owns the optimizer's state (partitioned).
+        self._engine = None
+        self._param_groups = self.optimizer.state_dict()["param_groups"]
+        self._pending_optimizer_state: dict[str, Any] | None = None
         self.kl_ctl = (
             AdaptiveKLController(kl_coef, config.target_kl, config.kl_horizon)
             if config.adaptive_kl
@@ -128,8 +137,31 @@ class LMLearner:
         return (kl * response_mask).sum(-1).cpu().numpy().astype(np.float64)
 
     # ------------------------------------------------------------------ updates
+    def _backward(self, loss: torch.Tensor) -> None:
+        """``loss.backward()``; under DeepSpeed ZeRO, through this learner's engine (which reduces
+        the gradients into this process's partition). ``loss`` is already divided by the number of
+        accumulated minibatches."""
+        if self.data_parallel.zero is None:
+            loss.backward()
+            return
+        if self._engine is None:
+            self._build_engine()
+        self._engine.backward(loss, scale_wrt_gas=False)
+
+    def _build_engine(self) -> None:
+        from agents.zero import engine, load_optimizer_state
+
+        self._engine = engine(self.model, self.optimizer, self.data_parallel.zero, self.config.max_grad_norm)
+        if self._pending_optimizer_state is not None:  # a checkpoint loaded before the engine existed
+            load_optimizer_state(self._engine, self._params, self._pending_optimizer_state)
+            self._pending_optimizer_state = None
+
     def _optimizer_step(self) -> None:
-        """Average the gradients over processes, clip them, step, zero them."""
+        """Average the gradients over processes, clip them, step, zero them (under DeepSpeed ZeRO:
+        the engine's step, which does all of that on this process's partition and gathers the weights)."""
+        if self._engine is not None:
+            self._engine.step()
+            return
         self.data_parallel.average_gradients(self._params)
         if self.config.max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(self._params, self.config.max_grad_norm)
@@ -150,11 +182,35 @@ class LMLearner:
         with torch.no_grad():
             for name, value in state.items():
                 params[name].copy_(value)
+                if self._engine is not None:  # ZeRO's float32 master copy (this process's partition)
+                    from deepspeed.utils import safe_set_full_fp32_param
+
+                    safe_set_full_fp32_param(params[name], params[name].detach().float())
+
+    def optimizer_state_dict(self) -> dict[str, Any]:
+        """The optimizer's state as one process saves it (under DeepSpeed ZeRO: gathered, a collective)."""
+        if self._engine is not None:
+            from agents.zero import full_optimizer_state
+
+            return full_optimizer_state(self._engine, self._params, self._param_groups)
+        if self._pending_optimizer_state is not None:
+            return self._pending_optimizer_state
+        return self.optimizer.state_dict()
+
+    def load_optimizer_state_dict(self, state: dict[str, Any]) -> None:
+        if self.data_parallel.zero is None:
+            self.optimizer.load_state_dict(state)
+        elif self._engine is not None:
+            from agents.zero import load_optimizer_state
+
+            load_optimizer_state(self._engine, self._params, state)
+        else:  # put into the engine's partitions when it is built
+            self._pending_optimizer_state = state
 
     def state_dict(self) -> dict[str, Any]:
         return {
             "model": self.trainable_state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": self.optimizer_state_dict(),
             "kl_ctl": self.kl_ctl.state_dict(),
             "generator": self.generator.get_state(),
             "sampling_generator": self.sampling_generator.get_state(),
@@ -163,7 +219,7 @@ class LMLearner:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.load_trainable_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.load_optimizer_state_dict(state["optimizer"])
         self.kl_ctl.load_state_dict(state["kl_ctl"])
         self.generator.set_state(state["generator"])
         self.sampling_generator.set_state(state["sampling_generator"])

@@ -211,7 +211,7 @@ class PPOLearner(LMLearner):
                 pg_loss, pg_stats = policy_loss(new_logprobs, s["logprobs"][idx], advantages[idx], m, c.cliprange)
                 vf_loss, vf_stats = value_loss(values, s["values"][idx], returns[idx], m, c.cliprange_value)
                 loss = (pg_loss + c.vf_coef * vf_loss) / c.gradient_accumulation_steps
-                loss.backward()
+                self._backward(loss)
                 step_in_accumulation += 1
                 if step_in_accumulation % c.gradient_accumulation_steps == 0:
                     self._optimizer_step()

@@ -250,6 +250,11 @@ class Trainer:
                 "FSDP shards full fine-tuning only: --lora keeps one frozen base shared by two adapters. Drop --lora, "
                 "or launch --lora with examples/accelerate/multi_gpu.yaml (data parallel)"
             )
+        if dp.zero is not None and config.lora:
+            raise ValueError(
+                "DeepSpeed ZeRO is supported for full fine-tuning only: drop --lora, or launch --lora with "
+                "examples/accelerate/multi_gpu.yaml (data parallel)"
+            )
         if dp.bf16 and not config.bf16:
             self.config = config = dataclasses.replace(config, bf16=True)
         names = ["llm_0", "llm_1"] if config.algo == "cory" else ["pioneer"]

@@ -84,7 +84,11 @@ def test_a_single_process_is_the_identity(monkeypatch):
 @pytest.mark.parametrize(
     "env, message",
     [
-        ({"ACCELERATE_USE_DEEPSPEED": "true"}, "DeepSpeed is not supported"),
+        ({"ACCELERATE_USE_MEGATRON_LM": "true"}, "Megatron-LM is not supported"),
+        (  # ZeRO-1/2: tests/test_deepspeed.py
+            {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"},
+            "stage 3 is not supported.*fsdp.yaml",
+        ),
         ({"ACCELERATE_USE_FSDP": "true"}, "FSDP version 1 is not supported"),  # FSDP2: tests/test_fsdp.py
         ({"ACCELERATE_MIXED_PRECISION": "fp16"}, "mixed precision 'fp16' is not supported"),
         ({"ACCELERATE_USE_CPU": "True", "MASTER_ADDR": "127.0.0.1"}, "started one process.*--multi_gpu"),
