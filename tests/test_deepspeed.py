@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,7 @@ from agents.distributed import DataParallel, fingerprint
 from agents.trainer import TrainConfig, Trainer
 from agents.zero import ZeROSettings
 
-from .test_distributed import PROMPTS, ROOT, free_port, hide_cuda_env, launch_args, toy_config
+from .test_distributed import PROMPTS, ROOT, accelerate_launch, free_port, launch_args, toy_config
 from .test_fsdp import MULTI_GPU_CONFIG, assert_states_close, whole_state
 from .toy import fraction_good, save_tiny_llama, toy_tokenizer
 
@@ -58,16 +59,9 @@ def toy_model(tmp_path_factory) -> Path:
     return save_tiny_llama(tmp_path_factory.mktemp("toy_llama"), toy_tokenizer())
 
 
-def launch(config: Path, args: list[str], *launcher: str) -> subprocess.CompletedProcess:
-    """``accelerate launch`` on 2 CPU processes; they import deepspeed from where this one does."""
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config), "--num_processes", "2",
-        "--main_process_port", str(free_port()), *launcher, str(ROOT / "examples" / "train_cory.py"), *args,
-    ]  # fmt: skip
-    env = hide_cuda_env(PYTHONPATH=f"{ROOT}{os.pathsep}{deepspeed_path()}")
-    result = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return result
+def launch(args: list[str], config: Path = ZERO2_CONFIG, launcher: Sequence[str] = ()) -> subprocess.CompletedProcess:
+    """:func:`accelerate_launch`, with deepspeed importable from where this process imports it."""
+    return accelerate_launch(args, config, launcher, PYTHONPATH=f"{ROOT}{os.pathsep}{deepspeed_path()}")
 
 
 # ---------------------------------------------------------------- settings, refusals (no processes)
@@ -155,9 +149,9 @@ def test_zero_run_matches_the_data_parallel_run(toy_model, tmp_path, extra, laun
     the same updated weights and Adam state; the checkpoint loads into a plain single-process learner."""
     common = [*extra.split(), "--iterations", "1"]
     args = launch_args(toy_model, tmp_path / "zero", *common)
-    result = launch(ZERO2_CONFIG, args, *launcher.split())
+    result = launch(args, launcher=launcher.split())
     assert result.stdout.count("metrics:") == 1
-    launch(MULTI_GPU_CONFIG, launch_args(toy_model, tmp_path / "dp", *common))
+    launch(launch_args(toy_model, tmp_path / "dp", *common), MULTI_GPU_CONFIG)
     zero, dp = whole_state(tmp_path / "zero"), whole_state(tmp_path / "dp")
     learners = list(dp["learners"])
     for name in learners:
@@ -179,9 +173,9 @@ def test_zero_run_matches_the_data_parallel_run(toy_model, tmp_path, extra, laun
 @pytest.mark.slow
 def test_zero2_resume_matches_an_uninterrupted_run(toy_model, tmp_path):
     common = ["--algo", "cory", "--role-exchange-period", "1", "--checkpoint-every", "1"]
-    launch(ZERO2_CONFIG, launch_args(toy_model, tmp_path / "whole", *common, "--iterations", "3"))
-    launch(ZERO2_CONFIG, launch_args(toy_model, tmp_path / "split", *common, "--iterations", "2"))
-    launch(ZERO2_CONFIG, launch_args(toy_model, tmp_path / "split", *common, "--iterations", "3", "--resume"))
+    launch(launch_args(toy_model, tmp_path / "whole", *common, "--iterations", "3"))
+    launch(launch_args(toy_model, tmp_path / "split", *common, "--iterations", "2"))
+    launch(launch_args(toy_model, tmp_path / "split", *common, "--iterations", "3", "--resume"))
     timing = ["tokens_per_s", "seconds"]
     a = pd.read_csv(tmp_path / "whole" / "metrics.csv").drop(columns=timing)
     b = pd.read_csv(tmp_path / "split" / "metrics.csv").drop(columns=timing)

@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -145,13 +146,15 @@ def launch_args(model: Path, out: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
-def accelerate_launch(args: list[str]) -> subprocess.CompletedProcess:
+def accelerate_launch(
+    args: list[str], config: Path = MULTI_GPU_CONFIG, launcher: Sequence[str] = (), **env: str
+) -> subprocess.CompletedProcess:
+    """``accelerate launch --config_file config`` of examples/train_cory.py on 2 CPU processes."""
     command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(MULTI_GPU_CONFIG),
-        "--num_processes", "2", "--main_process_port", str(free_port()),
-        str(ROOT / "examples" / "train_cory.py"), *args,
+        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config), "--num_processes", "2",
+        "--main_process_port", str(free_port()), *launcher, str(ROOT / "examples" / "train_cory.py"), *args,
     ]  # fmt: skip
-    result = subprocess.run(command, env=hide_cuda_env(), cwd=ROOT, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(command, env=hide_cuda_env(**env), cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     return result
 

@@ -9,8 +9,6 @@ single-process format (a plain learner loads it).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +24,7 @@ from agents.fsdp import FSDPSettings, shard
 from agents.trainer import TrainConfig, Trainer
 
 from .fsdp_worker import fsdp_worker
-from .test_distributed import PROMPTS, ROOT, free_port, hide_cuda_env, launch_args, toy_config
+from .test_distributed import PROMPTS, ROOT, accelerate_launch, free_port, launch_args, toy_config
 from .toy import fraction_good, save_tiny_llama, toy_tokenizer
 
 FSDP_CONFIG = ROOT / "examples" / "accelerate" / "fsdp.yaml"
@@ -36,16 +34,6 @@ MULTI_GPU_CONFIG = ROOT / "examples" / "accelerate" / "multi_gpu.yaml"
 @pytest.fixture(scope="module")
 def toy_model(tmp_path_factory) -> Path:
     return save_tiny_llama(tmp_path_factory.mktemp("toy_llama"), toy_tokenizer())
-
-
-def launch(config: Path, args: list[str], *launcher: str) -> subprocess.CompletedProcess:
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config), "--num_processes", "2",
-        "--main_process_port", str(free_port()), *launcher, str(ROOT / "examples" / "train_cory.py"), *args,
-    ]  # fmt: skip
-    result = subprocess.run(command, env=hide_cuda_env(), cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return result
 
 
 # ---------------------------------------------------------------- settings, refusals (no processes)
@@ -149,9 +137,9 @@ def test_fsdp_run_matches_the_data_parallel_run(toy_model, tmp_path, extra):
     the same updated weights and Adam state; the checkpoint loads into a plain single-process learner."""
     common = [*extra.split(), "--iterations", "1"]
     args = launch_args(toy_model, tmp_path / "fsdp", *common)
-    result = launch(FSDP_CONFIG, args)
+    result = accelerate_launch(args, FSDP_CONFIG)
     assert result.stdout.count("metrics:") == 1
-    launch(MULTI_GPU_CONFIG, launch_args(toy_model, tmp_path / "dp", *common))
+    accelerate_launch(launch_args(toy_model, tmp_path / "dp", *common), MULTI_GPU_CONFIG)
     fsdp, dp = whole_state(tmp_path / "fsdp"), whole_state(tmp_path / "dp")
     learners = list(dp["learners"])
     for name in learners:
@@ -173,9 +161,10 @@ def test_fsdp_run_matches_the_data_parallel_run(toy_model, tmp_path, extra):
 @pytest.mark.slow
 def test_fsdp_resume_matches_an_uninterrupted_run(toy_model, tmp_path):
     common = ["--algo", "cory", "--role-exchange-period", "1", "--checkpoint-every", "1", "--gradient-checkpointing"]
-    launch(FSDP_CONFIG, launch_args(toy_model, tmp_path / "whole", *common, "--iterations", "3"))
-    launch(FSDP_CONFIG, launch_args(toy_model, tmp_path / "split", *common, "--iterations", "2"))
-    launch(FSDP_CONFIG, launch_args(toy_model, tmp_path / "split", *common, "--iterations", "3", "--resume"))
+    accelerate_launch(launch_args(toy_model, tmp_path / "whole", *common, "--iterations", "3"), FSDP_CONFIG)
+    accelerate_launch(launch_args(toy_model, tmp_path / "split", *common, "--iterations", "2"), FSDP_CONFIG)
+    resume = launch_args(toy_model, tmp_path / "split", *common, "--iterations", "3", "--resume")
+    accelerate_launch(resume, FSDP_CONFIG)
     timing = ["tokens_per_s", "seconds"]
     a = pd.read_csv(tmp_path / "whole" / "metrics.csv").drop(columns=timing)
     b = pd.read_csv(tmp_path / "split" / "metrics.csv").drop(columns=timing)
