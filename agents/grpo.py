@@ -152,21 +152,10 @@ class GRPOLearner(LMLearner):
         response, response_mask = ids[:, -T:], mask[:, -T:].float()
         with self._autocast():
             logits = response_logits(self.model, ids, mask, T).float()
-        ref_logits = self._reference_logits(ids, mask, T)
-        logprobs = selective_log_softmax(logits, response)
-        ref_logprobs = selective_log_softmax(ref_logits, response)
-        exact = kl_per_token(logprobs, ref_logprobs, "full", logits=logits, ref_logits=ref_logits)
         # The estimator of the penalty actually applied (what the adaptive controller tracks).
         estimator = "k3" if self.config.kl_penalty == "loss" else self.config.kl_estimator
-        kl = exact if estimator == "full" else kl_per_token(logprobs, ref_logprobs, estimator)
-        return {
-            "response": response,
-            "response_mask": response_mask,
-            "logprobs": logprobs,
-            "ref_logprobs": ref_logprobs,
-            "kl_exact": exact * response_mask,
-            "kl": kl * response_mask,
-        }
+        terms = self._kl_terms(logits, self._reference_logits(ids, mask, T), response, response_mask, estimator)
+        return {"response": response, "response_mask": response_mask, **terms}
 
     # ------------------------------------------------------------------ learning
     def learn(self, ep: Episode) -> dict[str, float]:

@@ -119,6 +119,26 @@ class LMLearner:
         with self._autocast():
             return response_logits(self.reference, ids, mask, T).float()
 
+    @staticmethod
+    @torch.no_grad()
+    def _kl_terms(
+        logits: torch.Tensor, ref_logits: torch.Tensor, response: torch.Tensor, response_mask: torch.Tensor,
+        estimator: str,
+    ) -> dict[str, torch.Tensor]:  # fmt: skip
+        """Log-probs of the response under the policy and the reference, the per-token KL of the
+        penalty's ``estimator`` (``kl``) and the exact KL (``kl_exact``, what the paper plots,
+        logged whatever the estimator), both zero after each response's end."""
+        logprobs = selective_log_softmax(logits, response)
+        ref_logprobs = selective_log_softmax(ref_logits, response)
+        exact = kl_per_token(logprobs, ref_logprobs, "full", logits=logits, ref_logits=ref_logits)
+        kl = exact if estimator == "full" else kl_per_token(logprobs, ref_logprobs, estimator)
+        return {
+            "logprobs": logprobs,
+            "ref_logprobs": ref_logprobs,
+            "kl_exact": exact * response_mask,
+            "kl": kl * response_mask,
+        }
+
     @torch.no_grad()
     def kl_to_reference(self, ep: Episode) -> np.ndarray:
         """Exact KL to the reference summed over each response, ``(B,)``: per conversation, the
@@ -128,13 +148,8 @@ class LMLearner:
         self.model.eval()
         with self._autocast():
             logits = response_logits(self.actor.model, ids, mask, T).float()
-        ref_logits = self._reference_logits(ids, mask, T)
-        response, response_mask = ids[:, -T:], mask[:, -T:].float()
-        kl = kl_per_token(
-            selective_log_softmax(logits, response), selective_log_softmax(ref_logits, response), "full",
-            logits=logits, ref_logits=ref_logits,
-        )  # fmt: skip
-        return (kl * response_mask).sum(-1).cpu().numpy().astype(np.float64)
+        terms = self._kl_terms(logits, self._reference_logits(ids, mask, T), ids[:, -T:], mask[:, -T:].float(), "full")
+        return terms["kl_exact"].sum(-1).cpu().numpy().astype(np.float64)
 
     # ------------------------------------------------------------------ updates
     def _backward(self, loss: torch.Tensor) -> None:

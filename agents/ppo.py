@@ -23,7 +23,7 @@ from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
 from agents.advantages import gae, masked_mean
 from agents.distributed import DataParallel
-from agents.kl import ESTIMATORS, kl_per_token, token_rewards
+from agents.kl import ESTIMATORS, token_rewards
 from agents.learner import Episode
 from agents.lm_learner import LMLearner
 from agents.losses import policy_loss, value_loss
@@ -144,17 +144,7 @@ class PPOLearner(LMLearner):
         response_mask: torch.Tensor,
     ) -> dict[str, torch.Tensor]:  # fmt: skip
         """Old log-probs and values of the acting policy, and the per-token KL to the reference."""
-        logprobs = selective_log_softmax(logits, response)
-        ref_logprobs = selective_log_softmax(ref_logits, response)
-        # The exact KL (what the paper plots) is logged whatever estimator the penalty uses.
-        exact = kl_per_token(logprobs, ref_logprobs, "full", logits=logits, ref_logits=ref_logits)
-        kl = exact if self.config.kl_estimator == "full" else kl_per_token(logprobs, ref_logprobs, self.config.kl_estimator)
-        return {
-            "kl_exact": exact * response_mask,
-            "logprobs": logprobs,
-            "values": values,
-            "kl": kl * response_mask,
-        }
+        return {**self._kl_terms(logits, ref_logits, response, response_mask, self.config.kl_estimator), "values": values}
 
     # ------------------------------------------------------------------ learning
     def learn(self, ep: Episode) -> dict[str, float]:

@@ -30,6 +30,7 @@ from agents.distributed import DataParallel, fingerprint
 from agents.trainer import TrainConfig, Trainer
 
 from .distributed_worker import collectives_worker
+from .test_training import toy_cli_args as launch_args  # the CLI flags of a tiny run
 from .toy import fraction_good, save_tiny_llama, toy_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,15 +138,6 @@ def test_bad_learner_devices_are_refused(toy_model, tmp_path, kw, message):
 
 
 # ---------------------------------------------------------------- accelerate launch, 2 processes
-def launch_args(model: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "--model", str(model), "--reward", "tests.toy:fraction_good", "--review-source", "rotten_tomatoes",
-        "--batch-size", "4", "--mini-batch-size", "2", "--ppo-epochs", "2", "--lr", "1e-2",
-        "--min-new-tokens", "3", "--max-new-tokens", "5", "--context-length", "48", "--out", str(out),
-        "--tensorboard", "false", *extra,
-    ]  # fmt: skip
-
-
 def accelerate_launch(
     args: list[str], config: Path = MULTI_GPU_CONFIG, launcher: Sequence[str] = (), **env: str
 ) -> subprocess.CompletedProcess:
