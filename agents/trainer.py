@@ -36,6 +36,7 @@ from agents.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoin
 from agents.distributed import DataParallel, fingerprint
 from agents.fsdp import full_state, is_sharded, shard_state
 from agents.grpo import GRPOConfig, GRPOLearner
+from agents.host_memory import retain_freed_memory
 from agents.kl import ESTIMATORS
 from agents.learner import Episode, Learner
 from agents.metrics import MetricsLogger
@@ -147,6 +148,7 @@ class TrainConfig:
     lora_target_modules: str = _f("all-linear", "modules that get adapters: all-linear, or comma-separated names (e.g. q_proj,v_proj,lm_head)")
     bf16: bool = _f(False, "bfloat16 autocast for forward passes (float32 weights and optimizer)")
     gradient_checkpointing: bool = _f(False, "recompute activations in the backward pass: less memory, more time")
+    retain_freed_memory: bool = _f(True, "CPU runs on Linux: keep freed memory in the process for reuse instead of returning it to the OS (no page faults on every large tensor: a CORY iteration about 6%% faster, same peak memory; see agents.host_memory)")
     load_in_4bit: bool = _f(False, "CUDA only, with --lora: load the base in 4 bits (bitsandbytes NF4), as the paper's GSM8K runs")
     device: str = _f("auto", "cpu, cuda, or auto (under accelerate launch: each process's own device)")
     learner_devices: str = _f("", "one device per learner, comma-separated (e.g. cuda:0,cuda:1: llm_0 and llm_1, each with its own reference copy); single process, full fine-tuning")
@@ -259,6 +261,8 @@ class Trainer:
             self.config = config = dataclasses.replace(config, bf16=True)
         names = ["llm_0", "llm_1"] if config.algo == "cory" else ["pioneer"]
         self.device, learner_devices = self._devices(config, names)
+        if config.retain_freed_memory and any(d.type == "cpu" for d in learner_devices.values()):
+            retain_freed_memory()
         _seed_everything(config.seed)  # the same on every process: the initial weights must be equal
         self.out = Path(config.out)
         tokenizer = load_tokenizer(config.model)
