@@ -12,6 +12,8 @@ memory is at most 1.3x PPO's; our CORY needs at most 40% of the authors' CORY ti
 
     python benchmarks/iteration.py                 # full fine-tuning and LoRA, PPO and CORY
     python benchmarks/iteration.py --bf16          # the same under bfloat16 autocast
+    python benchmarks/iteration.py --no-lora --host-memory-ablation   # also CORY with freed memory
+                                                   # returned to the OS (agents.host_memory)
 """
 
 from __future__ import annotations
@@ -29,9 +31,34 @@ from pathlib import Path
 AUTHORS = {"ppo": (15.3, 3.7), "cory": (32.8, 6.0)}  # seconds per iteration, peak GB
 
 
+def gemm_rate(device: str, bf16: bool, seconds: float = 1.0) -> float:
+    """FLOP/s of this machine's matrix multiply at a training-sized shape (256 tokens through an
+    MLP projection of the embedded model: 576 -> 1536), measured now, in this process."""
+    import torch
+
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    a = torch.randn(256, 576, device=device, dtype=dtype)
+    b = torch.randn(576, 1536, device=device, dtype=dtype)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    for _ in range(10):
+        a @ b
+    sync()
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for _ in range(10):
+            a @ b
+        sync()
+        n += 10
+    return n * 2 * 256 * 576 * 1536 / (time.perf_counter() - start)
+
+
 def child(spec: dict) -> None:
-    """Run inside a fresh process: build the trainer, time its iterations, print JSON."""
+    """Run inside a fresh process: build the trainer, time its iterations, count the FLOPs of
+    one more, print JSON."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
     from agents.trainer import TrainConfig, Trainer
 
     with tempfile.TemporaryDirectory() as out:
@@ -39,17 +66,25 @@ def child(spec: dict) -> None:
         trainer = Trainer(config)
         trainer.run_iteration()  # warm-up
         times = []
+        usage = resource.getrusage(resource.RUSAGE_SELF)
         for _ in range(spec["iterations"]):
             start = time.perf_counter()
             trainer.run_iteration()
             times.append(time.perf_counter() - start)
-    import torch
-
-    if torch.cuda.is_available() and spec["config"].get("device") == "cuda":
-        peak_gb = torch.cuda.max_memory_allocated() / 1024**3  # GPU memory is what limits there
-    else:
-        peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
-    print("RESULT " + json.dumps({"seconds": statistics.median(times), "times": times, "peak_gb": peak_gb}))
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        n = spec["iterations"]
+        faults, kernel_s = (after.ru_minflt - usage.ru_minflt) / n, (after.ru_stime - usage.ru_stime) / n
+        if torch.cuda.is_available() and spec["config"].get("device") == "cuda":
+            peak_gb = torch.cuda.max_memory_allocated() / 1024**3  # GPU memory is what limits there
+        else:
+            peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+        # Then, untimed and after the peak was read (counting holds memory): one more iteration's FLOPs.
+        with FlopCounterMode(display=False) as flops:
+            trainer.run_iteration()
+    rate = gemm_rate(config.device if config.device != "auto" else "cpu", config.bf16)
+    print("RESULT " + json.dumps({"seconds": statistics.median(times), "times": times, "peak_gb": peak_gb,
+                                  "page_faults": faults, "kernel_s": kernel_s,
+                                  "flops": flops.get_total_flops(), "gemm_flops_per_s": rate}))
 
 
 def run(name: str, config: dict, iterations: int) -> dict:
@@ -62,7 +97,12 @@ def run(name: str, config: dict, iterations: int) -> dict:
         raise RuntimeError(f"{name} failed:\n{proc.stderr[-3000:]}")
     result = json.loads(line[len("RESULT ") :])
     print(f"{name:10s} {result['seconds']:7.2f} s/iteration   peak {result['peak_gb']:5.2f} GB   "
-          f"({', '.join(f'{t:.1f}' for t in result['times'])})", flush=True)  # fmt: skip
+          f"({', '.join(f'{t:.1f}' for t in result['times'])}; per iteration {result['page_faults']:,.0f} page faults, "
+          f"{result['kernel_s']:.1f} s in the kernel)", flush=True)  # fmt: skip
+    floor = result["flops"] / result["gemm_flops_per_s"]
+    print(f"{'':10s} {result['flops'] / 1e12:.2f} TFLOP of matmuls per iteration; at this machine's matmul rate "
+          f"({result['gemm_flops_per_s'] / 1e9:.0f} GFLOP/s) that is {floor:.2f} s, {floor / result['seconds']:.0%} "
+          f"of the measured time", flush=True)  # fmt: skip
     return result
 
 
@@ -78,6 +118,8 @@ def main() -> None:
     p.add_argument("--no-lora", action="store_true", help="skip the LoRA configurations")
     p.add_argument("--lora-only", action="store_true", help="only the LoRA configurations")
     p.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in backward")
+    p.add_argument("--host-memory-ablation", action="store_true",
+                   help="also run CORY with glibc's default malloc (freed memory returned to the OS, page faults on reuse)")
     p.add_argument("--model", default="smollm2-135m", help="model name or path")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -94,6 +136,8 @@ def main() -> None:
     results = {}
     for algo in ("ppo", "cory") if not args.lora_only else ():
         results[algo] = run(algo, dict(common, algo=algo), args.iterations)
+    if args.host_memory_ablation and not args.lora_only:
+        results["cory-nr"] = run("cory (freed memory returned)", dict(common, algo="cory", retain_freed_memory=False), args.iterations)
     if not args.no_lora:
         for algo in ("ppo", "cory"):
             results[f"{algo}+lora"] = run(f"{algo}+lora", dict(common, algo=algo, lora=True), args.iterations)
@@ -103,9 +147,15 @@ def main() -> None:
     print()
     if not args.lora_only:
         print(f"CORY / PPO time (full fine-tuning):        {t['cory'] / t['ppo']:.2f}x  (target <= 2.2x)")
+        f = {k: v["flops"] for k, v in results.items()}
+        print(f"CORY / PPO matmul FLOPs (the ratio of times on a machine that is compute-bound): "
+              f"{f['cory'] / f['ppo']:.2f}x")
         print(f"CORY vs the authors' CORY time:            {t['cory'] / AUTHORS['cory'][0]:.0%}  (target <= 40%)")
         print(f"CORY peak memory vs the authors' 6.0 GB:   {m['cory']:.2f} GB")
         print(f"PPO vs the authors' PPO:                   {t['ppo']:.1f} s vs 15.3 s, {m['ppo']:.2f} GB vs 3.7 GB")
+    if "cory-nr" in t:
+        print(f"CORY, freed memory retained / returned:    {t['cory'] / t['cory-nr']:.2f}x time, "
+              f"{m['cory'] / m['cory-nr']:.2f}x peak memory")
     if not args.no_lora:
         print(f"CORY / PPO time (LoRA shared base):        {t['cory+lora'] / t['ppo+lora']:.2f}x")
         print(f"CORY+LoRA peak / PPO+LoRA peak:            {m['cory+lora'] / m['ppo+lora']:.2f}x  (target <= 1.3x)")
