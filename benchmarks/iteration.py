@@ -14,6 +14,8 @@ memory is at most 1.3x PPO's; our CORY needs at most 40% of the authors' CORY ti
     python benchmarks/iteration.py --bf16          # the same under bfloat16 autocast
     python benchmarks/iteration.py --no-lora --host-memory-ablation   # also CORY with freed memory
                                                    # returned to the OS (agents.host_memory)
+    python benchmarks/iteration.py --lora-only --gradient-checkpointing-observer   # CORY recomputes
+                                                   # activations in the observer's update only
 """
 
 from __future__ import annotations
@@ -118,6 +120,8 @@ def main() -> None:
     p.add_argument("--no-lora", action="store_true", help="skip the LoRA configurations")
     p.add_argument("--lora-only", action="store_true", help="only the LoRA configurations")
     p.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in backward")
+    p.add_argument("--gradient-checkpointing-observer", action="store_true",
+                   help="CORY: recompute activations in the observer's update only (PPO runs without)")
     p.add_argument("--host-memory-ablation", action="store_true",
                    help="also run CORY with glibc's default malloc (freed memory returned to the OS, page faults on reuse)")
     p.add_argument("--model", default="smollm2-135m", help="model name or path")
@@ -134,13 +138,15 @@ def main() -> None:
     )  # fmt: skip
     print(f"settings: {json.dumps(common)}")
     results = {}
+    cory_only = {"cory": {"gradient_checkpointing_observer": True}} if args.gradient_checkpointing_observer else {}
     for algo in ("ppo", "cory") if not args.lora_only else ():
-        results[algo] = run(algo, dict(common, algo=algo), args.iterations)
+        results[algo] = run(algo, dict(common, algo=algo, **cory_only.get(algo, {})), args.iterations)
     if args.host_memory_ablation and not args.lora_only:
         results["cory-nr"] = run("cory (freed memory returned)", dict(common, algo="cory", retain_freed_memory=False), args.iterations)
     if not args.no_lora:
         for algo in ("ppo", "cory"):
-            results[f"{algo}+lora"] = run(f"{algo}+lora", dict(common, algo=algo, lora=True), args.iterations)
+            results[f"{algo}+lora"] = run(f"{algo}+lora", dict(common, algo=algo, lora=True, **cory_only.get(algo, {})),
+                                          args.iterations)  # fmt: skip
 
     t = {k: v["seconds"] for k, v in results.items()}
     m = {k: v["peak_gb"] for k, v in results.items()}

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 import torch
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 from agents.checkpoint import load_checkpoint
 from agents.trainer import TrainConfig, Trainer
@@ -184,16 +185,46 @@ def test_lora_shared_base_learns_and_keeps_one_copy_of_the_weights(toy_model, tm
 
 
 @pytest.mark.parametrize("lora", [False, True])
-def test_gradient_checkpointing_gives_the_same_updates(toy_model, tmp_path, lora):
+@pytest.mark.parametrize("flag", ["gradient_checkpointing", "gradient_checkpointing_observer"])
+def test_gradient_checkpointing_gives_the_same_updates(toy_model, tmp_path, lora, flag):
     runs = []
     for checkpointing in (False, True):
         config = toy_config(toy_model, tmp_path / str(checkpointing), algo="cory", iterations=2, lora=lora,
-                            gradient_checkpointing=checkpointing)  # fmt: skip
+                            role_exchange_period=1, **{flag: checkpointing})  # fmt: skip
         trainer = Trainer(config, prompts=PROMPTS, reward_fn=fraction_good)
         runs.append([trainer.run_iteration()[0] for _ in range(2)])
     for plain, checkpointed in zip(*runs):
         for key in ("llm_0/policy_loss", "llm_1/value_loss", "llm_1/kl", "llm_0/task_reward_mean"):
             assert checkpointed[key] == pytest.approx(plain[key], rel=1e-4, abs=1e-6), key
+
+
+def _recomputes(learner) -> bool:
+    """Whether the learner's decoder layers are set to recompute activations (Hugging Face's flag)."""
+    return any(m.gradient_checkpointing for m in learner.model.modules() if isinstance(m, GradientCheckpointingLayer))
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_observer_checkpointing_is_on_only_while_the_observer_learns(toy_model, tmp_path, lora):
+    config = toy_config(toy_model, tmp_path / "run", algo="cory", iterations=2, lora=lora, role_exchange_period=1,
+                        gradient_checkpointing_observer=True)  # fmt: skip
+    trainer = Trainer(config, prompts=PROMPTS, reward_fn=fraction_good)
+    seen: dict[str, bool] = {}
+    for name, learner in trainer.learners.items():
+        def learn(episode, name=name, learner=learner, inner=learner.learn):
+            seen[name] = _recomputes(learner)
+            return inner(episode)
+
+        learner.learn = learn
+    for _ in range(2):  # the roles exchange every iteration
+        metrics, _ = trainer.run_iteration()
+        assert seen == {n: metrics[f"{n}/role"] == 1 for n in ("llm_0", "llm_1")}, (seen, metrics)
+        assert not any(_recomputes(learner) for learner in trainer.learners.values())  # off again for the rollouts
+
+
+def test_observer_checkpointing_needs_an_observer(toy_model, tmp_path):
+    with pytest.raises(ValueError, match="--gradient-checkpointing-observer applies to CORY"):
+        Trainer(toy_config(toy_model, tmp_path / "run", algo="ppo", gradient_checkpointing_observer=True),
+                prompts=PROMPTS, reward_fn=fraction_good)  # fmt: skip
 
 
 @pytest.mark.parametrize("gradient_accumulation_steps", [1, 2])
