@@ -405,7 +405,7 @@ class Trainer:
             r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0,
             target_modules=_target_modules(config.lora_target_modules), task_type="CAUSAL_LM",
         )  # fmt: skip
-        _checkpoint_activations(config, base)  # only active in training mode, so rollouts keep their KV cache
+        _checkpoint_activations(config, base)
         self._layers_of = dict.fromkeys(names, base)
         shared = shared_lora_model(base, names, lora)
         return dict.fromkeys(names, AdapterView(shared, None)), {n: AdapterView(shared, n) for n in names}
@@ -500,7 +500,7 @@ class Trainer:
         metrics: dict[str, float] = {}
         samples = []
         for name, (episode, info) in finals.items():
-            with self._checkpointing(name, info["role"]):
+            with self._recomputing(name, info["role"]):
                 stats = self.learners[name].learn(episode)
             metrics.update({f"{name}/{k}": v for k, v in stats.items()})
             metrics[f"{name}/role"] = ROLE_IDS[info["role"]]
@@ -518,18 +518,18 @@ class Trainer:
         return metrics, samples
 
     @contextlib.contextmanager
-    def _checkpointing(self, name: str, role: str) -> Iterator[None]:
-        """``--gradient-checkpointing-observer``: recompute activations while the observer learns."""
+    def _recomputing(self, name: str, role: str) -> Iterator[None]:
+        """``--gradient-checkpointing-observer``: recompute activations while the observer learns
+        (with ``--gradient-checkpointing`` they are recomputed in every update already)."""
         c = self.config
         if not (c.gradient_checkpointing_observer and role == "observer") or c.gradient_checkpointing:
             yield
             return
-        model = self._layers_of[name]
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        _recompute_activations(self._layers_of[name], True)
         try:
             yield
         finally:
-            model.activation_checkpointing_disable()
+            _recompute_activations(self._layers_of[name], False)
 
     def train(self, progress: bool = True) -> Path:
         """Run (or resume) to ``config.iterations``; returns the output folder.
@@ -581,10 +581,19 @@ class Trainer:
 
 
 def _checkpoint_activations(config: TrainConfig, *models: torch.nn.Module) -> None:
-    """``--gradient-checkpointing``: recompute activations in the backward pass (non-reentrant)."""
+    """``--gradient-checkpointing``: recompute activations in the backward pass, in every update."""
     if config.gradient_checkpointing:
         for model in models:
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            _recompute_activations(model, True)
+
+
+def _recompute_activations(model: torch.nn.Module, on: bool) -> None:
+    """Switch a Hugging Face model's decoder layers to recomputing their activations in the
+    backward pass (non-reentrant), or back. Only active in training mode, so rollouts keep their KV cache."""
+    if on:
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.activation_checkpointing_disable()
 
 
 def _check_group_size(batch_size: int, group_size: int, learner: str) -> None:

@@ -163,7 +163,7 @@ def main() -> None:
         f = {k: v["flops"] for k, v in results.items()}
         print(f"CORY / PPO matmul FLOPs (the ratio of times on a machine that is compute-bound): "
               f"{f['cory'] / f['ppo']:.2f}x")
-        if at_authors_settings(args):
+        if at_authors_settings(args, p):
             print(f"CORY vs the authors' CORY time:            {t['cory'] / AUTHORS['cory'][0]:.0%}  (target <= 40%)")
             print(f"CORY peak memory vs the authors' 6.0 GB:   {m['cory']:.2f} GB")
             print(f"PPO vs the authors' PPO:                   {t['ppo']:.1f} s vs 15.3 s, {m['ppo']:.2f} GB vs 3.7 GB")
@@ -178,15 +178,15 @@ def main() -> None:
         if "ppo" in m:
             print(f"CORY+LoRA peak / PPO (full) peak:          {m['cory+lora'] / m['ppo']:.2f}x")
     if args.plot:
-        plot(results, args.plot, authors=at_authors_settings(args))
+        plot(results, args.plot, authors=at_authors_settings(args, p))
         print(f"plot: {args.plot}")
 
 
-def at_authors_settings(args: argparse.Namespace) -> bool:
-    """Whether this run used the settings at which the authors' code was measured (the defaults)."""
-    return (args.batch_size, args.mini_batch_size, args.new_tokens, args.ppo_epochs, args.kl_estimator, args.model,
-            args.device, args.bf16, args.gradient_checkpointing) == (8, 8, 10, 4, "full", "smollm2-135m", "cpu", False,
-                                                                     False)  # fmt: skip
+def at_authors_settings(args: argparse.Namespace, parser: argparse.ArgumentParser) -> bool:
+    """Whether this run used the settings at which the authors' code was measured: the defaults."""
+    names = ("batch_size", "mini_batch_size", "new_tokens", "ppo_epochs", "kl_estimator", "model", "device", "bf16",
+             "gradient_checkpointing")  # fmt: skip
+    return all(getattr(args, n) == parser.get_default(n) for n in names)
 
 
 def plot(results: dict[str, dict], path: str, authors: bool) -> None:
