@@ -11,7 +11,8 @@ A subclass passes its policy module and the causal LM inside it that acts, and i
   base), the fused kernel where the device has it; :meth:`_optimizer_step` averages the
   gradients over the processes of a data-parallel run, clips and steps; a subclass's ``learn``
   calls :meth:`_backward` for each (accumulation-scaled) loss and :meth:`_optimizer_step` at
-  each accumulation boundary, which under DeepSpeed ZeRO-1/2 go through this learner's own
+  each accumulation boundary (with the fused kernel the clipping coefficient is applied as the
+  kernel reads each gradient, instead of in a pass of its own), which under DeepSpeed ZeRO-1/2 go through this learner's own
   engine (:mod:`agents.zero`);
 * ``kl_ctl``: a fixed or adaptive (Ziegler et al., 2019) KL coefficient;
 * ``state_dict``/``load_state_dict``: the trainable weights by name, the optimizer, the
@@ -89,6 +90,10 @@ class LMLearner:
             params, lr=config.learning_rate, weight_decay=config.weight_decay, fused=fused or None
         )
         self._params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        # Clipping inside the fused kernel, which divides each gradient by the optimizer's
+        # `grad_scale` as it reads it (the hook torch.amp.GradScaler uses), saves a pass over all
+        # gradients per step. Sharded (FSDP) gradients keep clip_grad_norm_, which reduces their norm.
+        self._clip_in_step = fused and not self.data_parallel.sharded
         # DeepSpeed ZeRO (agents.zero): the engine is built at the first backward pass, after the trainer
         # made the weights equal everywhere; it then owns the optimizer's state (partitioned).
         self._engine = None
@@ -178,8 +183,12 @@ class LMLearner:
             self._engine.step()
             return
         self.data_parallel.average_gradients(self._params)
-        if self.config.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self._params, self.config.max_grad_norm)
+        max_norm = self.config.max_grad_norm
+        if max_norm is not None and self._clip_in_step:  # clip_grad_norm_'s coefficient, as a divisor
+            norm = torch.nn.utils.get_total_norm([p.grad for p in self._params if p.grad is not None])
+            self.optimizer.grad_scale = torch.clamp((norm + 1e-6) / max_norm, min=1.0)
+        elif max_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self._params, max_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 

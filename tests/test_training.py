@@ -262,3 +262,35 @@ def test_one_minibatch_reuses_the_first_forward_as_the_scoring_pass(toy_model, g
     initial = load_causal_lm(str(toy_model)).state_dict()
     moved = [n for n, w in results[True][2].items() if n.startswith("lm.") and not torch.equal(w, initial[n[3:]])]
     assert moved  # the update happened
+
+
+@pytest.mark.parametrize("max_grad_norm", [1e-3, None, 1e9])
+def test_clipping_inside_the_fused_optimizer_step_equals_clip_grad_norm(toy_model, max_grad_norm):
+    """The fused AdamW divides each gradient by the clipping factor as it reads it: the same update
+    as clip_grad_norm_ then step (to float32 rounding when clipping acts; exactly when it does not)."""
+    from agents.ppo import Episode, PPOConfig, PPOLearner
+    from agents.value_model import CausalLMWithValueHead
+    from cory_env.models import load_causal_lm
+
+    torch.manual_seed(0)
+    B, W, T = 4, 9, 5
+    ids = torch.randint(3, 18, (B, W))
+    mask = torch.ones(B, W, dtype=torch.long)
+    episode = Episode(ids, mask, T, scores=np.array([1.0, 0.0, 0.5, 0.2]), task_rewards=np.array([1.0, 0.0, 0.5, 0.2]))
+    config = PPOConfig(mini_batch_size=2, ppo_epochs=2, learning_rate=1e-3, max_grad_norm=max_grad_norm)
+    weights = {}
+    for in_step in (True, False):
+        reference = load_causal_lm(str(toy_model)).requires_grad_(False)
+        torch.manual_seed(1)
+        learner = PPOLearner(CausalLMWithValueHead(load_causal_lm(str(toy_model))), reference, config, seed=3)
+        assert learner._clip_in_step  # a CPU model in float32: the fused kernel
+        learner._clip_in_step = in_step
+        learner.learn(episode)
+        weights[in_step] = learner.trainable_state_dict()
+    initial = load_causal_lm(str(toy_model)).state_dict()
+    assert not torch.equal(weights[True]["lm.model.norm.weight"], initial["model.norm.weight"])  # it trained
+    for name, weight in weights[True].items():
+        if max_grad_norm == 1e-3:  # clipping acts at every step
+            torch.testing.assert_close(weight, weights[False][name], rtol=1e-5, atol=1e-7)
+        else:
+            assert torch.equal(weight, weights[False][name]), name
