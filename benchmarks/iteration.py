@@ -14,6 +14,8 @@ memory is at most 1.3x PPO's; our CORY needs at most 40% of the authors' CORY ti
     python benchmarks/iteration.py --bf16          # the same under bfloat16 autocast
     python benchmarks/iteration.py --no-lora --host-memory-ablation   # also CORY with freed memory
                                                    # returned to the OS (agents.host_memory)
+    python benchmarks/iteration.py --no-lora --cpu-linear-ablation    # also CORY with plain nn.Linear
+                                                   # layers (agents.cpu_linear)
     python benchmarks/iteration.py --lora-only --gradient-checkpointing-observer   # CORY recomputes
                                                    # activations in the observer's update only
 """
@@ -32,6 +34,7 @@ from pathlib import Path
 
 AUTHORS = {"ppo": (15.3, 3.7), "cory": (32.8, 6.0)}  # seconds per iteration, peak GB
 RETURNED = "cory, freed memory returned to the OS"  # --host-memory-ablation's configuration
+PLAIN_LINEAR = "cory, plain nn.Linear"  # --cpu-linear-ablation's configuration
 
 
 def gemm_rate(device: str, bf16: bool, windows: int = 5, seconds: float = 0.3) -> float:
@@ -129,6 +132,8 @@ def main() -> None:
                    help="CORY: recompute activations in the observer's update only (PPO runs without)")
     p.add_argument("--host-memory-ablation", action="store_true",
                    help="also run CORY with glibc's default malloc (freed memory returned to the OS, page faults on reuse)")
+    p.add_argument("--cpu-linear-ablation", action="store_true",
+                   help="also run CORY with plain nn.Linear layers (no agents.cpu_linear layouts)")
     p.add_argument("--model", default="smollm2-135m", help="model name or path")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--plot", default="", help="also write a PNG of the results here (seconds split into the "
@@ -150,6 +155,8 @@ def main() -> None:
         results[algo] = run(algo, dict(common, algo=algo, **cory_only.get(algo, {})), args.iterations)
     if args.host_memory_ablation and not args.lora_only:
         results[RETURNED] = run(RETURNED, dict(common, algo="cory", retain_freed_memory=False), args.iterations)
+    if args.cpu_linear_ablation and not args.lora_only:
+        results[PLAIN_LINEAR] = run(PLAIN_LINEAR, dict(common, algo="cory", cpu_linear=False), args.iterations)
     if not args.no_lora:
         for algo in ("ppo", "cory"):
             results[f"{algo}+lora"] = run(f"{algo}+lora", dict(common, algo=algo, lora=True, **cory_only.get(algo, {})),
@@ -172,6 +179,8 @@ def main() -> None:
     if RETURNED in t:
         print(f"CORY, freed memory retained / returned:    {t['cory'] / t[RETURNED]:.2f}x time, "
               f"{m['cory'] / m[RETURNED]:.2f}x peak memory")
+    if PLAIN_LINEAR in t:
+        print(f"CORY, CPULinear / plain nn.Linear:         {t['cory'] / t[PLAIN_LINEAR]:.2f}x time")
     if not args.no_lora:
         print(f"CORY / PPO time (LoRA shared base):        {t['cory+lora'] / t['ppo+lora']:.2f}x")
         print(f"CORY+LoRA peak / PPO+LoRA peak:            {m['cory+lora'] / m['ppo+lora']:.2f}x  (target <= 1.3x)")

@@ -43,6 +43,7 @@ import time
 import numpy as np
 import torch
 
+from agents.cpu_linear import use_cpu_linear
 from agents.lm_actor import LMActor
 from cory_env import env
 from cory_env.models import EMBEDDED_MODEL, load_causal_lm, load_tokenizer
@@ -142,6 +143,8 @@ def main() -> None:
     torch.manual_seed(args.seed)
     tokenizer = load_tokenizer(args.model)
     model = load_causal_lm(args.model, device=args.device).eval()
+    if args.device == "cpu":
+        use_cpu_linear(model)  # as the Trainer does on a CPU: both sides below run the same layers
     game = env(
         tokenizer=tokenizer,
         prompts=sentiment_prompts(tokenizer, source="rotten_tomatoes"),

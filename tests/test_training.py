@@ -264,6 +264,18 @@ def test_one_minibatch_reuses_the_first_forward_as_the_scoring_pass(toy_model, g
     assert moved  # the update happened
 
 
+@pytest.mark.parametrize("cpu_linear", [True, False])
+def test_cpu_runs_use_the_cpu_linear_layers_unless_told_not_to(toy_model, tmp_path, cpu_linear):
+    from agents.cpu_linear import CPULinear
+
+    trainer = Trainer(toy_config(toy_model, tmp_path / "run", algo="cory", device="cpu", cpu_linear=cpu_linear),
+                      prompts=PROMPTS, reward_fn=fraction_good)  # fmt: skip
+    for learner in trainer.learners.values():
+        for lm in (learner.model.lm, learner.reference):  # the value head is added after: a plain nn.Linear
+            kinds = {type(m) for m in lm.modules() if isinstance(m, torch.nn.Linear)}
+            assert kinds == {CPULinear if cpu_linear else torch.nn.Linear}
+
+
 @pytest.mark.parametrize("max_grad_norm", [1e-3, None, 1e9])
 def test_clipping_inside_the_fused_optimizer_step_equals_clip_grad_norm(toy_model, max_grad_norm):
     """The fused AdamW divides each gradient by the clipping factor as it reads it: the same update
