@@ -36,14 +36,23 @@ from agents.learner import Episode
 from agents.lm_actor import LMActor
 
 
+def predicting_columns(width: int, T: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """The columns of a ``width``-wide context whose logits predict its last ``T`` tokens: ``W-T-1 .. W-2``.
+
+    Passed as ``logits_to_keep``, the LM head runs on exactly these (not on the last column too,
+    whose prediction follows the response), and on a contiguous copy of their hidden states.
+    """
+    return torch.arange(width - T - 1, width - 1, device=device)
+
+
 def response_logits(lm: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, T: int) -> torch.Tensor:
     """Logits ``(B, T, V)`` that predicted the last ``T`` tokens (the response), left padding handled."""
     positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     out = lm(
         input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=False,
-        logits_to_keep=T + 1,
+        logits_to_keep=predicting_columns(input_ids.shape[1], T, input_ids.device),
     )  # fmt: skip
-    return out.logits[:, :-1]
+    return out.logits
 
 
 class LMLearner:

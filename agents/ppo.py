@@ -25,7 +25,7 @@ from agents.advantages import gae, masked_mean
 from agents.distributed import DataParallel
 from agents.kl import ESTIMATORS, token_rewards
 from agents.learner import Episode
-from agents.lm_learner import LMLearner
+from agents.lm_learner import LMLearner, predicting_columns
 from agents.losses import policy_loss, value_loss
 from agents.value_model import CausalLMWithValueHead
 
@@ -135,8 +135,8 @@ class PPOLearner(LMLearner):
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, T: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Float32 logits ``(B, T, V)`` predicting the response tokens, and their values ``(B, T)``."""
         with self._autocast():
-            logits, values = self.model(ids, mask, keep=T + 1)
-        return logits[:, :-1].float(), values[:, :-1].float()
+            logits, values = self.model(ids, mask, keep=predicting_columns(ids.shape[1], T, ids.device))
+        return logits.float(), values.float()
 
     @torch.no_grad()
     def _score(

@@ -14,7 +14,8 @@ from torch import nn
 class CausalLMWithValueHead(nn.Module):
     """Wraps a Hugging Face causal LM (``lm``) and adds ``v_head``.
 
-    ``forward`` returns ``(logits, values)`` for the last ``keep`` positions.
+    ``forward`` returns ``(logits, values)`` at the positions ``keep`` names (the last ``keep``
+    if an int, else these column indices).
     """
 
     def __init__(self, lm: nn.Module):
@@ -39,9 +40,10 @@ class CausalLMWithValueHead(nn.Module):
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
-        keep: int,
+        keep: int | torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits ``(B, keep, V)`` and values ``(B, keep)`` of the last ``keep`` positions.
+        """Logits ``(B, K, V)`` and values ``(B, K)`` of the last ``K = keep`` positions, or of the
+        ``K`` columns a 1-D tensor ``keep`` lists (Hugging Face's ``logits_to_keep`` semantics).
 
         Left padding is handled as in ``generate``: positions count real tokens only.
         """
@@ -54,6 +56,6 @@ class CausalLMWithValueHead(nn.Module):
             use_cache=False,
             logits_to_keep=keep,
         )
-        hidden = out.hidden_states[-1][:, -keep:]
+        hidden = out.hidden_states[-1][:, -keep:] if isinstance(keep, int) else out.hidden_states[-1][:, keep]
         values = self.v_head(hidden.to(self.v_head.weight.dtype)).squeeze(-1)
         return out.logits, values

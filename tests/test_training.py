@@ -306,3 +306,25 @@ def test_clipping_inside_the_fused_optimizer_step_equals_clip_grad_norm(toy_mode
             torch.testing.assert_close(weight, weights[False][name], rtol=1e-5, atol=1e-7)
         else:
             assert torch.equal(weight, weights[False][name]), name
+
+
+def test_scoring_passes_keep_exactly_the_columns_that_predict_the_response(toy_model):
+    from agents.lm_learner import predicting_columns, response_logits
+    from agents.value_model import CausalLMWithValueHead
+    from cory_env.models import load_causal_lm
+
+    torch.manual_seed(0)
+    lm = load_causal_lm(str(toy_model)).eval()
+    ids = torch.randint(3, 18, (3, 9))
+    mask = torch.ones_like(ids)
+    mask[0, :2] = 0  # left padding
+    T = 4
+    with torch.no_grad():
+        full = lm(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits
+        torch.testing.assert_close(response_logits(lm, ids, mask, T), full[:, -T - 1 : -1])
+        model = CausalLMWithValueHead(lm)
+        logits, values = model(ids, mask, keep=predicting_columns(9, T))
+        last_logits, last_values = model(ids, mask, keep=T + 1)
+    assert predicting_columns(9, T).tolist() == [4, 5, 6, 7]
+    torch.testing.assert_close(logits, last_logits[:, :-1])
+    torch.testing.assert_close(values, last_values[:, :-1])
