@@ -11,9 +11,9 @@ A subclass passes its policy module and the causal LM inside it that acts, and i
   base), the fused kernel where the device has it; :meth:`_optimizer_step` averages the
   gradients over the processes of a data-parallel run, clips and steps; a subclass's ``learn``
   calls :meth:`_backward` for each (accumulation-scaled) loss and :meth:`_optimizer_step` at
-  each accumulation boundary (with the fused kernel the clipping coefficient is applied as the
-  kernel reads each gradient, instead of in a pass of its own), which under DeepSpeed ZeRO-1/2 go through this learner's own
-  engine (:mod:`agents.zero`);
+  each accumulation boundary, which under DeepSpeed ZeRO-1/2 go through this learner's own
+  engine (:mod:`agents.zero`); with the fused kernel the clipping coefficient is applied as
+  the kernel reads each gradient instead of in a pass of its own;
 * ``kl_ctl``: a fixed or adaptive (Ziegler et al., 2019) KL coefficient;
 * ``state_dict``/``load_state_dict``: the trainable weights by name, the optimizer, the
   controller and both random generators, so a resumed run continues exactly (under ZeRO the

@@ -33,10 +33,10 @@ from tqdm.auto import tqdm
 from trl.trainer.utils import disable_dropout_in_model
 
 from agents.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from agents.cpu_linear import use_cpu_linear
 from agents.distributed import DataParallel, fingerprint
 from agents.fsdp import full_state, is_sharded, shard_state
 from agents.grpo import GRPOConfig, GRPOLearner
-from agents.cpu_linear import use_cpu_linear
 from agents.host_memory import retain_freed_memory
 from agents.kl import ESTIMATORS
 from agents.learner import Episode, Learner
