@@ -45,14 +45,22 @@ def sample_categorical(probs: torch.Tensor, generator: torch.Generator | None = 
     of probability 0 (cut by top-k or top-p) are never drawn. The same distribution as
     ``torch.multinomial(probs, 1)``, which on a CPU draws an exponential variate for every id
     (9 ms for 8 rows of a 49152-token vocabulary; this takes 0.4 ms); one uniform draw per row
-    from ``generator`` instead.
+    from ``generator`` instead. A row with NaN or inf, or all zeros, raises a ``ValueError``.
 
     Example:
         >>> sample_categorical(torch.tensor([[0.0, 1.0, 0.0], [0.5, 0.0, 0.5]]), torch.Generator().manual_seed(0))
         tensor([1, 2])
     """
     cdf = probs.double().cumsum_(-1)
-    cdf /= cdf[:, -1:].clone()  # the last entry becomes exactly 1.0 > every draw from [0, 1)
+    total = cdf[:, -1:].clone()
+    valid = (total > 0) & torch.isfinite(total)
+    if not bool(valid.all()):  # a sync, but the tokens go to the host next anyway
+        bad = int((~valid).nonzero()[0, 0])
+        raise ValueError(
+            f"the next-token probabilities of row {bad} are not a distribution (they contain NaN or inf, or "
+            f"are all 0): the policy's logits diverged; lower the learning rate (--lr) or resume an earlier checkpoint"
+        )
+    cdf /= total  # the last entry becomes exactly 1.0 > every draw from [0, 1)
     u = torch.rand(probs.shape[0], 1, generator=generator, dtype=torch.float64, device=probs.device)
     return torch.searchsorted(cdf, u, right=True).squeeze(1)
 

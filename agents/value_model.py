@@ -56,6 +56,7 @@ class CausalLMWithValueHead(nn.Module):
             use_cache=False,
             logits_to_keep=keep,
         )
-        hidden = out.hidden_states[-1][:, -keep:] if isinstance(keep, int) else out.hidden_states[-1][:, keep]
+        columns = slice(-keep, None) if isinstance(keep, int) else keep  # as Hugging Face reads logits_to_keep
+        hidden = out.hidden_states[-1][:, columns]
         values = self.v_head(hidden.to(self.v_head.weight.dtype)).squeeze(-1)
         return out.logits, values

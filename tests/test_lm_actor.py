@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from agents.lm_actor import sample_categorical
@@ -31,3 +32,10 @@ def test_the_same_generator_state_gives_the_same_tokens():
     b = sample_categorical(probs, torch.Generator().manual_seed(7))
     c = sample_categorical(probs, torch.Generator().manual_seed(8))
     assert torch.equal(a, b) and not torch.equal(a, c) and a.dtype == torch.long and a.shape == (8,)
+
+
+def test_a_row_that_is_not_a_distribution_is_named():
+    for bad in (float("nan"), float("inf"), 0.0):
+        probs = torch.tensor([[0.5, 0.5], [bad, 0.0 if bad == 0.0 else 1.0]])
+        with pytest.raises(ValueError, match="row 1 are not a distribution.*--lr"):
+            sample_categorical(probs, torch.Generator().manual_seed(0))
