@@ -22,6 +22,7 @@ A subclass passes its policy module and the causal LM inside it that acts, and i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -30,6 +31,7 @@ import torch
 from torch import nn
 from trl.trainer.utils import selective_log_softmax
 
+from agents import padding_free
 from agents.distributed import DataParallel
 from agents.kl import AdaptiveKLController, FixedKLController, kl_per_token
 from agents.learner import Episode
@@ -45,14 +47,32 @@ def predicting_columns(width: int, T: int, device: torch.device | str | None = N
     return torch.arange(width - T - 1, width - 1, device=device)
 
 
+def response_inputs(
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, T: int
+) -> tuple[dict[str, Any], Callable[[torch.Tensor], torch.Tensor]]:
+    """Keyword arguments of a forward pass of ``model`` whose outputs predict the last ``T`` tokens
+    (the response) of ``(B, W)`` left-padded contexts, and the function that shapes those outputs
+    ``(B, T, ...)``: padding-free (:mod:`agents.padding_free`) when ``model`` has it enabled and the
+    masks allow, else the padded batch with positions counting real tokens only, as ``generate``."""
+    keep = predicting_columns(input_ids.shape[1], T, input_ids.device)
+    packed = padding_free.PackedBatch.pack(input_ids, attention_mask, keep) if padding_free.is_enabled(model) else None
+    if packed is not None:
+        inputs = dict(input_ids=packed.input_ids, attention_mask=None, position_ids=packed.position_ids,
+                      logits_to_keep=packed.logits_to_keep, packed=packed)  # fmt: skip
+        return inputs, packed.unpack
+    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, logits_to_keep=keep)
+    return inputs, _as_is
+
+
+def _as_is(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
 def response_logits(lm: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, T: int) -> torch.Tensor:
     """Logits ``(B, T, V)`` that predicted the last ``T`` tokens (the response), left padding handled."""
-    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    out = lm(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=False,
-        logits_to_keep=predicting_columns(input_ids.shape[1], T, input_ids.device),
-    )  # fmt: skip
-    return out.logits
+    inputs, unpack = response_inputs(lm, input_ids, attention_mask, T)
+    return unpack(lm(**inputs, use_cache=False).logits)
 
 
 class LMLearner:

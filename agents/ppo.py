@@ -25,7 +25,7 @@ from agents.advantages import gae, masked_mean
 from agents.distributed import DataParallel
 from agents.kl import ESTIMATORS, token_rewards
 from agents.learner import Episode
-from agents.lm_learner import LMLearner, predicting_columns
+from agents.lm_learner import LMLearner, response_inputs
 from agents.losses import policy_loss, value_loss
 from agents.value_model import CausalLMWithValueHead
 
@@ -134,9 +134,10 @@ class PPOLearner(LMLearner):
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, T: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Float32 logits ``(B, T, V)`` predicting the response tokens, and their values ``(B, T)``."""
+        inputs, unpack = response_inputs(self.model, ids, mask, T)
         with self._autocast():
-            logits, values = self.model(ids, mask, keep=predicting_columns(ids.shape[1], T, ids.device))
-        return logits.float(), values.float()
+            logits, values = self.model(**inputs)
+        return unpack(logits).float(), unpack(values).float()
 
     @torch.no_grad()
     def _score(

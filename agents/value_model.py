@@ -7,6 +7,8 @@ and including token ``t``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -39,24 +41,31 @@ class CausalLMWithValueHead(nn.Module):
     def forward(
         self,
         input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        keep: int | torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        logits_to_keep: int | torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        **kwargs: Any,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits ``(B, K, V)`` and values ``(B, K)`` of the last ``K = keep`` positions, or of the
-        ``K`` columns a 1-D tensor ``keep`` lists (Hugging Face's ``logits_to_keep`` semantics).
+        """Logits ``(B, K, V)`` and values ``(B, K)`` of the last ``K = logits_to_keep`` positions,
+        or of the ``K`` columns a 1-D tensor lists (Hugging Face's ``logits_to_keep`` semantics).
 
-        Left padding is handled as in ``generate``: positions count real tokens only.
+        Without ``position_ids``, left padding is handled as in ``generate``: positions count real
+        tokens only. Other keyword arguments go to the LM (for example a padding-free batch,
+        :mod:`agents.padding_free`).
         """
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        if position_ids is None:
+            position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         out = self.lm(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
             output_hidden_states=True,
             use_cache=False,
-            logits_to_keep=keep,
+            logits_to_keep=logits_to_keep,
+            **kwargs,
         )
-        columns = slice(-keep, None) if isinstance(keep, int) else keep  # as Hugging Face reads logits_to_keep
+        # as Hugging Face reads logits_to_keep
+        columns = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
         hidden = out.hidden_states[-1][:, columns]
         values = self.v_head(hidden.to(self.v_head.weight.dtype)).squeeze(-1)
         return out.logits, values

@@ -16,6 +16,8 @@ memory is at most 1.3x PPO's; our CORY needs at most 40% of the authors' CORY ti
                                                    # returned to the OS (agents.host_memory)
     python benchmarks/iteration.py --no-lora --cpu-linear-ablation    # also CORY with plain nn.Linear
                                                    # layers (agents.cpu_linear)
+    python benchmarks/iteration.py --no-lora --padding-free-ablation  # also CORY with padded passes
+                                                   # (agents.padding_free off)
     python benchmarks/iteration.py --lora-only --gradient-checkpointing-observer   # CORY recomputes
                                                    # activations in the observer's update only
 """
@@ -37,6 +39,7 @@ AUTHORS = {"ppo": (15.3, 3.7), "cory": (32.8, 6.0)}  # seconds per iteration, pe
 ABLATIONS = {
     "host_memory_ablation": ("cory, freed memory returned to the OS", {"retain_freed_memory": False}),
     "cpu_linear_ablation": ("cory, plain nn.Linear", {"cpu_linear": False}),
+    "padding_free_ablation": ("cory, padded passes", {"padding_free": False}),
 }
 
 
@@ -137,6 +140,8 @@ def main() -> None:
                    help="also run CORY with glibc's default malloc (freed memory returned to the OS, page faults on reuse)")
     p.add_argument("--cpu-linear-ablation", action="store_true",
                    help="also run CORY with plain nn.Linear layers (no agents.cpu_linear layouts)")
+    p.add_argument("--padding-free-ablation", action="store_true",
+                   help="also run CORY with padded scoring and training passes (no agents.padding_free)")
     p.add_argument("--model", default="smollm2-135m", help="model name or path")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--plot", default="", help="also write a PNG of the results here (seconds split into the "

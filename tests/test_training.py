@@ -323,8 +323,8 @@ def test_scoring_passes_keep_exactly_the_columns_that_predict_the_response(toy_m
         full = lm(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits
         torch.testing.assert_close(response_logits(lm, ids, mask, T), full[:, -T - 1 : -1])
         model = CausalLMWithValueHead(lm)
-        logits, values = model(ids, mask, keep=predicting_columns(9, T))
-        last_logits, last_values = model(ids, mask, keep=T + 1)
+        logits, values = model(ids, mask, logits_to_keep=predicting_columns(9, T))
+        last_logits, last_values = model(ids, mask, logits_to_keep=T + 1)
     assert predicting_columns(9, T).tolist() == [4, 5, 6, 7]
     torch.testing.assert_close(logits, last_logits[:, :-1])
     torch.testing.assert_close(values, last_values[:, :-1])

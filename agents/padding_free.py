@@ -1,0 +1,156 @@
+"""Padding-free forward passes: a batch of padded contexts runs as one row of its real tokens.
+
+Scoring and training passes see ``(B, W)`` contexts: left-padded prompts, then ``T`` response
+columns (masked after an end-of-sequence token). A padding column costs as much as a real token
+in every linear layer, and at the paper's sentiment settings 15-20% of the columns are padding.
+As with TRL's ``padding_free`` option, :class:`PackedBatch` concatenates the real tokens into one
+``(1, N)`` row, with positions restarting at 0 for each context, so the linear layers, norms
+and activations run on the ``N`` real tokens only.
+
+Attention alone must keep the contexts apart. :func:`attention`, registered with Hugging Face
+as :data:`ATTENTION`, scatters the queries, keys and values into a right-padded ``(B, L)``
+layout, where plain causal attention is exact (a real token sees the real tokens of its own
+context before it), runs sdpa there and gathers the result back. Outputs equal the padded
+forward's to float rounding. Called without a packed batch it is sdpa itself, so the same model
+still decodes with its KV cache; and a model whose attention never receives the packed batch
+still computes the right thing, since Hugging Face recognises restarting positions and then
+masks attention block-diagonally (slower, not wrong).
+
+:func:`enable` switches a model from sdpa to :data:`ATTENTION` (``--no-padding-free`` leaves it
+alone); :func:`~agents.lm_learner.response_logits` and the PPO learner's passes then pack
+whenever :func:`is_enabled` says so and the batch's masks allow (each context's real tokens in
+one run, at least one before the response). Other attention implementations (eager, flash
+attention) keep the padded passes.
+
+Example:
+    >>> import torch
+    >>> ids = torch.tensor([[0, 0, 5, 6, 7], [3, 4, 5, 6, 7]])
+    >>> mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    >>> packed = PackedBatch.pack(ids, mask, keep=torch.tensor([2, 3]))  # the columns predicting 2 response tokens
+    >>> packed.input_ids.tolist(), packed.position_ids.tolist()
+    ([[5, 6, 7, 3, 4, 5, 6, 7]], [[0, 1, 2, 0, 1, 2, 3, 4]])
+    >>> packed.logits_to_keep.tolist()
+    [0, 1, 5, 6]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import AttentionInterface, AttentionMaskInterface, PreTrainedModel
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import sdpa_mask
+
+#: The attention implementation's name (it contains "sdpa", so Hugging Face checks it as sdpa).
+ATTENTION = "padding_free_sdpa"
+
+
+@dataclass(frozen=True)
+class PackedBatch:
+    """The real tokens of ``B`` padded contexts as one row, and where each goes back.
+
+    Attributes:
+        input_ids: ``(1, N)`` the real tokens, context after context.
+        position_ids: ``(1, N)`` each token's position in its own context.
+        logits_to_keep: ``(B * K,)`` the tokens at each context's ``K``
+            kept columns, context-major (a kept column after a context's last real token
+            gets that token, an output the caller masks anyway).
+        index: ``(N,)`` each token's place in the right-padded ``(B, L)`` layout, flattened.
+        batch_size: ``B``.
+        width: ``L``, the longest context's real length.
+    """
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    logits_to_keep: torch.Tensor
+    index: torch.Tensor
+    batch_size: int
+    width: int
+
+    @classmethod
+    def pack(cls, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: torch.Tensor) -> PackedBatch | None:
+        """Pack ``(B, W)`` contexts, keeping the outputs of the columns ``keep`` (increasing; for the
+        response, :func:`~agents.lm_learner.predicting_columns`). ``None`` if some context's real
+        tokens are not one run, or start after ``keep[0]`` (the padded pass handles those)."""
+        B, W = input_ids.shape
+        real = attention_mask.bool()
+        lengths = real.sum(-1)
+        starts = real.int().argmax(-1)  # first real column
+        columns = torch.arange(W, device=input_ids.device)
+        run = (columns >= starts[:, None]) & (columns < (starts + lengths)[:, None])
+        if not torch.equal(run, real) or bool((starts > keep[0]).any()):
+            return None
+        rows = torch.arange(B, device=input_ids.device).repeat_interleave(lengths)
+        offsets = lengths.cumsum(0) - lengths
+        positions = torch.arange(rows.numel(), device=input_ids.device) - offsets[rows]
+        width = int(lengths.max())
+        last = starts + lengths - 1
+        kept = offsets[:, None] + torch.minimum(keep[None], last[:, None]) - starts[:, None]
+        return cls(
+            input_ids=input_ids[rows, starts[rows] + positions][None],
+            position_ids=positions[None],
+            logits_to_keep=kept.reshape(-1),
+            index=rows * width + positions,
+            batch_size=B,
+            width=width,
+        )
+
+    def unpack(self, x: torch.Tensor) -> torch.Tensor:
+        """``(1, B * K, ...)`` outputs at :attr:`logits_to_keep` as ``(B, K, ...)``."""
+        return x.reshape(self.batch_size, -1, *x.shape[2:])
+
+    def pad(self, x: torch.Tensor) -> torch.Tensor:
+        """``(1, H, N, D)`` heads of the packed row as ``(B, H, L, D)``, right-padded with zeros."""
+        _, H, _, D = x.shape
+        padded = x.new_zeros(self.batch_size * self.width, H, D).index_copy(0, self.index, x[0].transpose(0, 1))
+        return padded.view(self.batch_size, self.width, H, D).transpose(1, 2)
+
+    def unpad(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, L, H, D)`` attention outputs back to the packed row, ``(1, N, H, D)``."""
+        return x.reshape(self.batch_size * self.width, *x.shape[2:]).index_select(0, self.index)[None]
+
+
+def attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    packed: PackedBatch | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """Hugging Face's sdpa attention, run per context when the model was called with ``packed``."""
+    if packed is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    out, _ = sdpa_attention_forward(module, packed.pad(query), packed.pad(key), packed.pad(value), None, **kwargs)
+    return packed.unpad(out), None
+
+
+AttentionInterface.register(ATTENTION, attention)
+AttentionMaskInterface.register(ATTENTION, sdpa_mask)  # the masks of unpacked calls (decoding) are sdpa's
+
+
+def _hf_model(model: nn.Module) -> PreTrainedModel | None:
+    """The outermost Hugging Face model inside ``model`` (itself, or under a value head, peft, an adapter view)."""
+    return next((m for m in model.modules() if isinstance(m, PreTrainedModel)), None)
+
+
+def enable(model: nn.Module) -> bool:
+    """Switch the Hugging Face model inside ``model`` from sdpa to :data:`ATTENTION` (the same
+    kernel); return whether its passes can now be padding-free. Other attention implementations
+    are left as they are (``False``)."""
+    hf = _hf_model(model)
+    if hf is None:
+        return False
+    if hf.config._attn_implementation == "sdpa":
+        hf.set_attn_implementation(ATTENTION)
+    return hf.config._attn_implementation == ATTENTION
+
+
+def is_enabled(model: nn.Module) -> bool:
+    """Whether ``model``'s forward passes can be padding-free (:func:`enable` was applied)."""
+    hf = _hf_model(model)
+    return hf is not None and hf.config._attn_implementation == ATTENTION

@@ -1,0 +1,159 @@
+"""Padding-free passes (agents.padding_free): the same outputs, gradients and updates as padded ones."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+from agents import padding_free
+from agents.lm_learner import predicting_columns, response_inputs, response_logits
+from agents.padding_free import PackedBatch
+from agents.trainer import Trainer
+from agents.value_model import CausalLMWithValueHead
+
+from .test_training import toy_config, toy_model  # noqa: F401  (the fixture)
+from .toy import fraction_good
+
+T = 4
+
+
+def tiny(arch: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    if arch == "llama":
+        config = LlamaConfig(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, bos_token_id=1, eos_token_id=1)  # fmt: skip
+        return LlamaForCausalLM(config).eval()
+    config = GPT2Config(vocab_size=40, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                        bos_token_id=1, eos_token_id=1)  # fmt: skip
+    return GPT2LMHeadModel(config).eval()
+
+
+def batch() -> tuple[torch.Tensor, torch.Tensor]:
+    """Three 10-wide contexts: left padding of 3 and 0 columns, and a response that ended 2 tokens early."""
+    torch.manual_seed(1)
+    ids = torch.randint(3, 40, (3, 10))
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0
+    mask[2, -2:] = 0
+    return ids, mask
+
+
+def test_packing_a_batch_by_hand():
+    ids, mask = batch()
+    packed = PackedBatch.pack(ids, mask, predicting_columns(10, T))
+    assert packed.input_ids.tolist() == [[*ids[0, 3:].tolist(), *ids[1].tolist(), *ids[2, :8].tolist()]]
+    assert packed.position_ids.tolist() == [[*range(7), *range(10), *range(8)]]
+    assert packed.width == 10 and packed.batch_size == 3
+    # columns 5..8 predict the response; context 0 starts at column 3, context 2 ends at column 7
+    assert packed.logits_to_keep.tolist() == [2, 3, 4, 5, 7 + 5, 7 + 6, 7 + 7, 7 + 8, 17 + 5, 17 + 6, 17 + 7, 17 + 7]
+    x = torch.arange(2 * 25 * 3, dtype=torch.float32).view(1, 2, 25, 3)  # (1, H, N, D)
+    padded = packed.pad(x)
+    assert padded.shape == (3, 2, 10, 3)
+    assert torch.equal(padded[0, :, 7:], torch.zeros(2, 3, 3))  # right padding
+    assert torch.equal(packed.unpad(padded.transpose(1, 2)), x.transpose(1, 2))
+    assert packed.unpack(torch.zeros(1, 12, 5)).shape == (3, 4, 5)
+
+
+def test_masks_that_do_not_pack_fall_back_to_the_padded_pass():
+    ids, mask = batch()
+    holed = mask.clone()
+    holed[1, 4] = 0  # a hole inside a context
+    assert PackedBatch.pack(ids, holed, predicting_columns(10, T)) is None
+    late = mask.clone()
+    late[0, :6] = 0  # no real token before the response
+    assert PackedBatch.pack(ids, late, predicting_columns(10, T)) is None
+    lm = tiny("llama")
+    expected = response_logits(lm, ids, holed, T)
+    padding_free.enable(lm)
+    inputs, _ = response_inputs(lm, ids, holed, T)
+    assert "packed" not in inputs
+    torch.testing.assert_close(response_logits(lm, ids, holed, T), expected)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_padding_free_outputs_and_gradients_equal_the_padded_ones(arch):
+    ids, mask = batch()
+    valid = mask[:, -T:].bool()
+    results = {}
+    for on in (False, True):
+        torch.manual_seed(2)
+        model = CausalLMWithValueHead(tiny(arch))
+        assert padding_free.enable(model) if on else not padding_free.is_enabled(model)
+        inputs, unpack = response_inputs(model, ids, mask, T)
+        assert ("packed" in inputs) == on
+        logits, values = model(**inputs)
+        logits, values = unpack(logits), unpack(values)
+        loss = (logits.logsumexp(-1) * valid).sum() + (values * valid).sum()
+        loss.backward()
+        grads = {n: p.grad for n, p in model.named_parameters()}
+        results[on] = (logits[valid], values[valid], grads, response_logits(model.lm, ids, mask, T)[valid])
+    padded, packed = results[False], results[True]
+    torch.testing.assert_close(packed[0], padded[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(packed[1], padded[1], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(packed[3], padded[3], rtol=1e-5, atol=1e-5)
+    for name, grad in padded[2].items():
+        torch.testing.assert_close(packed[2][name], grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_without_the_packed_batch_hugging_face_masks_each_context_apart():
+    """The module's promise: a model whose attention never sees ``packed`` is slower, not wrong."""
+    ids, mask = batch()
+    lm = tiny("llama")
+    expected = response_logits(lm, ids, mask, T)
+    padding_free.enable(lm)
+    inputs, unpack = response_inputs(lm, ids, mask, T)
+    del inputs["packed"]
+    valid = mask[:, -T:].bool()
+    torch.testing.assert_close(unpack(lm(**inputs, use_cache=False).logits)[valid], expected[valid])
+
+
+def test_decoding_with_a_kv_cache_is_sdpa_itself():
+    ids, mask = batch()
+    prompt, prompt_mask = ids[:, :6], mask[:, :6].clone()
+    plain = tiny("llama")
+    enabled = copy.deepcopy(plain)
+    assert padding_free.enable(enabled)
+    outputs = []
+    for lm in (plain, enabled):
+        with torch.no_grad():
+            out = lm(input_ids=prompt, attention_mask=prompt_mask, use_cache=True)
+            steps, cache, attn = [out.logits], out.cache, prompt_mask
+            for t in range(3):
+                attn = torch.cat([attn, torch.ones(3, 1, dtype=attn.dtype)], 1)
+                out = lm(input_ids=ids[:, 6 + t : 7 + t], attention_mask=attn, cache=cache, use_cache=True)
+                steps.append(out.logits)
+        outputs.append(steps)
+    for a, b in zip(*outputs):
+        assert torch.equal(a, b)
+
+
+def test_enable_switches_sdpa_only_and_is_not_saved():
+    lm = tiny("llama")
+    assert padding_free.enable(lm) and padding_free.enable(lm)  # twice: still on
+    assert padding_free.is_enabled(CausalLMWithValueHead(lm))
+    assert padding_free.ATTENTION not in lm.config.to_json_string()  # a saved model loads with sdpa
+    eager = tiny("llama")
+    eager.set_attn_implementation("eager")
+    assert not padding_free.enable(eager) and eager.config._attn_implementation == "eager"
+    assert not padding_free.is_enabled(torch.nn.Linear(2, 2))
+
+
+PROMPTS = ["the movie", "the plot is very", "acting is"]  # 2-4 tokens: the pioneer's contexts are padded
+
+
+@pytest.mark.parametrize(("learner", "lora"), [("ppo", False), ("ppo", True), ("grpo", False)])
+def test_training_with_and_without_padding_free_passes_gives_the_same_run(toy_model, tmp_path, learner, lora):  # noqa: F811
+    runs = []
+    for on in (True, False):
+        config = toy_config(toy_model, tmp_path / str(on), algo="cory", iterations=2, lora=lora, learner=learner,
+                            group_size=2, role_exchange_period=1, padding_free=on)  # fmt: skip
+        trainer = Trainer(config, prompts=PROMPTS, reward_fn=fraction_good)
+        for lm in trainer.learners.values():
+            assert padding_free.is_enabled(lm.model) == on and padding_free.is_enabled(lm.reference) == on
+        runs.append([trainer.run_iteration()[0] for _ in range(2)])
+    for packed, padded in zip(*runs):
+        for key in ("llm_0/policy_loss", "llm_1/policy_loss", "llm_0/kl", "llm_1/kl", "llm_0/task_reward_mean"):
+            assert packed[key] == pytest.approx(padded[key], rel=1e-4, abs=1e-6), key
