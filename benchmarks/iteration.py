@@ -1,7 +1,9 @@
 """Seconds and peak memory per training iteration: PPO against CORY, same batch.
 
-Each configuration runs in a fresh child process (so peak RSS is its own), one warm-up
-iteration then ``--iterations`` measured ones (median seconds). The defaults are the
+Each configuration runs in fresh child processes (so peak RSS is its own): ``--rounds`` rounds,
+each running every configuration once (a warm-up iteration, then ``--iterations`` measured
+ones). Times are medians over the rounds, and ratios are taken round by round, so that the
+machine's drift over minutes cancels (side by side in one run). The defaults are the
 settings at which the CORY authors' code was measured on this kind of machine with the
 embedded model: batch 8, mini-batch 8, 10 new tokens per response, 4 PPO epochs,
 full-vocabulary KL. That code took 15.3 s per PPO and 32.8 s per CORY iteration, with
@@ -94,17 +96,20 @@ def child(spec: dict) -> None:
             peak_gb = torch.cuda.max_memory_allocated() / 1024**3  # GPU memory is what limits there
         else:
             peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
-        # Then, untimed and after the peak was read (counting holds memory): one more iteration's FLOPs.
-        with FlopCounterMode(display=False) as flops:
-            trainer.run_iteration()
+        flops = None
+        if spec["count_flops"]:  # untimed, after the peak was read (counting holds memory): one more iteration
+            with FlopCounterMode(display=False) as counter:
+                trainer.run_iteration()
+            flops = counter.get_total_flops()
     rate = gemm_rate(config.device if config.device != "auto" else "cpu", config.bf16)
     print("RESULT " + json.dumps({"seconds": statistics.median(times), "times": times, "peak_gb": peak_gb,
-                                  "page_faults": faults, "kernel_s": kernel_s,
-                                  "flops": flops.get_total_flops(), "gemm_flops_per_s": rate}))
+                                  "page_faults": faults, "kernel_s": kernel_s, "flops": flops,
+                                  "gemm_flops_per_s": rate}))
 
 
-def run(name: str, config: dict, iterations: int) -> dict:
-    spec = json.dumps({"config": config, "iterations": iterations})
+def run(name: str, config: dict, iterations: int, count_flops: bool) -> dict:
+    """One fresh child process: a warm-up iteration, then ``iterations`` timed ones."""
+    spec = json.dumps({"config": config, "iterations": iterations, "count_flops": count_flops})
     proc = subprocess.run(
         [sys.executable, __file__, "--child", spec], capture_output=True, text=True, env=None, check=False
     )
@@ -112,14 +117,30 @@ def run(name: str, config: dict, iterations: int) -> dict:
     if line is None:
         raise RuntimeError(f"{name} failed:\n{proc.stderr[-3000:]}")
     result = json.loads(line[len("RESULT ") :])
-    print(f"{name:10s} {result['seconds']:7.2f} s/iteration   peak {result['peak_gb']:5.2f} GB   "
-          f"({', '.join(f'{t:.1f}' for t in result['times'])}; per iteration {result['page_faults']:,.0f} page faults, "
-          f"{result['kernel_s']:.1f} s in the kernel)", flush=True)  # fmt: skip
-    floor = result["flops"] / result["gemm_flops_per_s"]
-    print(f"{'':10s} {result['flops'] / 1e12:.2f} TFLOP of matmuls per iteration; at this machine's matmul rate "
-          f"({result['gemm_flops_per_s'] / 1e9:.0f} GFLOP/s) that is {floor:.2f} s, {floor / result['seconds']:.0%} "
-          f"of the measured time", flush=True)  # fmt: skip
+    print(f"  {name:40s} {result['seconds']:6.2f} s   peak {result['peak_gb']:5.2f} GB   matmul rate "
+          f"{result['gemm_flops_per_s'] / 1e9:3.0f} GFLOP/s   {result['page_faults']:,.0f} page faults, "
+          f"{result['kernel_s']:.1f} s in the kernel per iteration", flush=True)  # fmt: skip
     return result
+
+
+def combine(rounds: list[dict]) -> dict:
+    """One configuration over the rounds: median seconds, every time, the highest peak, the FLOPs of round 1."""
+    return {
+        "seconds": statistics.median(r["seconds"] for r in rounds),
+        "times": [t for r in rounds for t in r["times"]],
+        "round_seconds": [r["seconds"] for r in rounds],
+        "peak_gb": max(r["peak_gb"] for r in rounds),
+        "flops": rounds[0]["flops"],
+        "gemm_flops_per_s": statistics.median(r["gemm_flops_per_s"] for r in rounds),
+    }
+
+
+def paired(results: dict[str, dict], a: str, b: str) -> str:
+    """``a``'s time over ``b``'s, round by round (measured minutes apart, so the machine's drift cancels):
+    the median and the range."""
+    ratios = sorted(x / y for x, y in zip(results[a]["round_seconds"], results[b]["round_seconds"]))
+    spread = f" (rounds {ratios[0]:.2f}-{ratios[-1]:.2f})" if len(ratios) > 1 else ""
+    return f"{statistics.median(ratios):.2f}x{spread}"
 
 
 def main() -> None:
@@ -129,7 +150,9 @@ def main() -> None:
     p.add_argument("--new-tokens", type=int, default=10, help="tokens per response (fixed)")
     p.add_argument("--ppo-epochs", type=int, default=4, help="PPO epochs")
     p.add_argument("--kl-estimator", default="full", help="KL estimator of the penalty")
-    p.add_argument("--iterations", type=int, default=3, help="measured iterations per configuration")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="rounds; each runs every configuration once, in a fresh process (warm-up, then --iterations)")
+    p.add_argument("--iterations", type=int, default=1, help="measured iterations per configuration and round")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
     p.add_argument("--no-lora", action="store_true", help="skip the LoRA configurations")
     p.add_argument("--lora-only", action="store_true", help="only the LoRA configurations")
@@ -157,36 +180,47 @@ def main() -> None:
         review_source="rotten_tomatoes", bf16=args.bf16, gradient_checkpointing=args.gradient_checkpointing, checkpoint_every=10**6, model=args.model, device=args.device,
     )  # fmt: skip
     print(f"settings: {json.dumps(common)}")
-    results = {}
     cory_only = {"cory": {"gradient_checkpointing_observer": True}} if args.gradient_checkpointing_observer else {}
-    for algo in ("ppo", "cory") if not args.lora_only else ():
-        results[algo] = run(algo, dict(common, algo=algo, **cory_only.get(algo, {})), args.iterations)
+    configs = {algo: dict(common, algo=algo, **cory_only.get(algo, {})) for algo in ("ppo", "cory") if not args.lora_only}
     ablations = [ABLATIONS[flag] for flag in ABLATIONS if getattr(args, flag) and not args.lora_only]
-    for name, changes in ablations:
-        results[name] = run(name, dict(common, algo="cory", **cory_only.get("cory", {}), **changes), args.iterations)
+    configs |= {name: dict(common, algo="cory", **cory_only.get("cory", {}), **changes) for name, changes in ablations}
     if not args.no_lora:
-        for algo in ("ppo", "cory"):
-            results[f"{algo}+lora"] = run(f"{algo}+lora", dict(common, algo=algo, lora=True, **cory_only.get(algo, {})),
-                                          args.iterations)  # fmt: skip
+        configs |= {f"{a}+lora": dict(common, algo=a, lora=True, **cory_only.get(a, {})) for a in ("ppo", "cory")}
+    # Round by round, every configuration once: the machine's speed drifts by several percent over
+    # minutes, and then drifts for all of them alike.
+    rounds: dict[str, list[dict]] = {name: [] for name in configs}
+    for r in range(args.rounds):
+        print(f"round {r + 1}/{args.rounds}", flush=True)
+        for name, config in configs.items():
+            rounds[name].append(run(name, config, args.iterations, count_flops=r == 0))
+    results = {name: combine(rs) for name, rs in rounds.items()}
+    print()
+    for name, res in results.items():
+        floor = res["flops"] / res["gemm_flops_per_s"]
+        print(f"{name:40s} {res['seconds']:6.2f} s/iteration ({', '.join(f'{t:.1f}' for t in res['times'])})   peak "
+              f"{res['peak_gb']:5.2f} GB   {res['flops'] / 1e12:.2f} TFLOP of matmuls: {floor:.2f} s at the median "
+              f"matmul rate ({res['gemm_flops_per_s'] / 1e9:.0f} GFLOP/s), {floor / res['seconds']:.0%} of the time")  # fmt: skip
 
     t = {k: v["seconds"] for k, v in results.items()}
     m = {k: v["peak_gb"] for k, v in results.items()}
     print()
     if not args.lora_only:
-        print(f"CORY / PPO time (full fine-tuning):        {t['cory'] / t['ppo']:.2f}x  (target <= 2.2x)")
+        print(f"CORY / PPO time (full fine-tuning):        {paired(results, 'cory', 'ppo')}  (target <= 2.2x)")
         f = {k: v["flops"] for k, v in results.items()}
         print(f"CORY / PPO matmul FLOPs (the ratio of times on a machine that is compute-bound): "
               f"{f['cory'] / f['ppo']:.2f}x")
         if at_authors_settings(args, p):
-            print(f"CORY vs the authors' CORY time:            {t['cory'] / AUTHORS['cory'][0]:.0%}  (target <= 40%)")
+            rs = results["cory"]["round_seconds"]
+            print(f"CORY vs the authors' CORY time:            {t['cory'] / AUTHORS['cory'][0]:.0%} (rounds "
+                  f"{min(rs) / AUTHORS['cory'][0]:.0%}-{max(rs) / AUTHORS['cory'][0]:.0%})  (target <= 40%)")
             print(f"CORY peak memory vs the authors' 6.0 GB:   {m['cory']:.2f} GB")
             print(f"PPO vs the authors' PPO:                   {t['ppo']:.1f} s vs 15.3 s, {m['ppo']:.2f} GB vs 3.7 GB")
         else:
             print("(the authors' figures were measured at the default settings only: no comparison)")
     for name, _ in ablations:
-        print(f"CORY / {name}: {t['cory'] / t[name]:.2f}x time, {m['cory'] / m[name]:.2f}x peak memory")
+        print(f"CORY / {name}: {paired(results, 'cory', name)} time, {m['cory'] / m[name]:.2f}x peak memory")
     if not args.no_lora:
-        print(f"CORY / PPO time (LoRA shared base):        {t['cory+lora'] / t['ppo+lora']:.2f}x")
+        print(f"CORY / PPO time (LoRA shared base):        {paired(results, 'cory+lora', 'ppo+lora')}")
         print(f"CORY+LoRA peak / PPO+LoRA peak:            {m['cory+lora'] / m['ppo+lora']:.2f}x  (target <= 1.3x)")
         if "ppo" in m:
             print(f"CORY+LoRA peak / PPO (full) peak:          {m['cory+lora'] / m['ppo']:.2f}x")
