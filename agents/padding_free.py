@@ -73,10 +73,13 @@ class PackedBatch:
     @classmethod
     def pack(cls, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: torch.Tensor) -> PackedBatch | None:
         """Pack ``(B, W)`` contexts, keeping the outputs of the columns ``keep`` (increasing; for the
-        response, :func:`~agents.lm_learner.predicting_columns`). ``None`` if some context's real
-        tokens are not one run, or start after ``keep[0]`` (the padded pass handles those)."""
+        response, :func:`~agents.lm_learner.predicting_columns`). ``None`` if nothing is padded (the
+        padded pass is the same), if some context's real tokens are not one run, or if they start
+        after ``keep[0]`` (the padded pass handles those)."""
         B, W = input_ids.shape
         real = attention_mask.bool()
+        if bool(real.all()):
+            return None
         lengths = real.sum(-1)
         starts = real.int().argmax(-1)  # first real column
         columns = torch.arange(W, device=input_ids.device)
