@@ -2,7 +2,8 @@
 
 Scoring and training passes see ``(B, W)`` contexts: left-padded prompts, then ``T`` response
 columns (masked after an end-of-sequence token). A padding column costs as much as a real token
-in every linear layer, and at the paper's sentiment settings 15-20% of the columns are padding.
+in every linear layer, and at the iteration benchmark's settings (the embedded default, 10-token
+responses) 15-20% of the columns are padding.
 As with TRL's ``padding_free`` option, :class:`PackedBatch` concatenates the real tokens into one
 ``(1, N)`` row, with positions restarting at 0 for each context, so the linear layers, norms
 and activations run on the ``N`` real tokens only.
@@ -55,9 +56,9 @@ class PackedBatch:
     Attributes:
         input_ids: ``(1, N)`` the real tokens, context after context.
         position_ids: ``(1, N)`` each token's position in its own context.
-        logits_to_keep: ``(B * K,)`` the tokens at each context's ``K``
-            kept columns, context-major (a kept column after a context's last real token
-            gets that token, an output the caller masks anyway).
+        logits_to_keep: ``(B * K,)`` the tokens at each context's ``K`` kept columns,
+            context-major (a kept column after a context's last real token gets that token,
+            an output the caller masks anyway).
         index: ``(N,)`` each token's place in the right-padded ``(B, L)`` layout, flattened.
         batch_size: ``B``.
         width: ``L``, the longest context's real length.
@@ -74,8 +75,8 @@ class PackedBatch:
     def pack(cls, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: torch.Tensor) -> PackedBatch | None:
         """Pack ``(B, W)`` contexts, keeping the outputs of the columns ``keep`` (increasing; for the
         response, :func:`~agents.lm_learner.predicting_columns`). ``None`` if nothing is padded (the
-        padded pass is the same), if some context's real tokens are not one run, or if they start
-        after ``keep[0]`` (the padded pass handles those)."""
+        padded pass is the same), if some context is empty, if its real tokens are not one run, or
+        if they start after ``keep[0]`` (the padded pass handles those)."""
         B, W = input_ids.shape
         real = attention_mask.bool()
         if bool(real.all()):
@@ -84,7 +85,7 @@ class PackedBatch:
         starts = real.int().argmax(-1)  # first real column
         columns = torch.arange(W, device=input_ids.device)
         run = (columns >= starts[:, None]) & (columns < (starts + lengths)[:, None])
-        if not torch.equal(run, real) or bool((starts > keep[0]).any()):
+        if not torch.equal(run, real) or bool((starts > keep[0]).any() | (lengths == 0).any()):
             return None
         rows = torch.arange(B, device=input_ids.device).repeat_interleave(lengths)
         offsets = lengths.cumsum(0) - lengths

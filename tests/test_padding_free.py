@@ -66,6 +66,9 @@ def test_masks_that_do_not_pack_fall_back_to_the_padded_pass():
     late[0, :6] = 0  # no real token before the response
     assert PackedBatch.pack(ids, late, predicting_columns(10, T)) is None
     assert PackedBatch.pack(ids, torch.ones_like(mask), predicting_columns(10, T)) is None  # nothing to unpad
+    empty = mask.clone()
+    empty[1] = 0  # a context without tokens
+    assert PackedBatch.pack(ids, empty, predicting_columns(10, T)) is None
     lm = tiny("llama")
     expected = response_logits(lm, ids, holed, T)
     padding_free.enable(lm)
