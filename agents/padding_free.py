@@ -3,19 +3,27 @@
 Scoring and training passes see ``(B, W)`` contexts: left-padded prompts, then ``T`` response
 columns (masked after an end-of-sequence token). A padding column costs as much as a real token
 in every linear layer, and at the iteration benchmark's settings (the embedded default, 10-token
-responses) 15-20% of the columns are padding.
-As with TRL's ``padding_free`` option, :class:`PackedBatch` concatenates the real tokens into one
-``(1, N)`` row, with positions restarting at 0 for each context, so the linear layers, norms
-and activations run on the ``N`` real tokens only.
+responses) 15-20% of the columns are padding. As with TRL's ``padding_free`` option,
+:class:`PackedBatch` concatenates the real tokens into one ``(1, N)`` row, with positions
+restarting at 0 for each context, so the linear layers, norms and activations run on the ``N``
+real tokens only.
+
+The tokens that every context starts with are in the row once. A prompt template's head is
+such a run (the CORY observer's ``I can make this sentence "``, the GSM8K one-shot exemplar):
+its hidden states are the same in every context (same tokens, same positions, causal
+attention), and its gradient is the sum of what each context sends back through it, which
+autograd adds up from the copies attention reads. For the observer at the benchmark's settings
+that is 5-6 more tokens per context.
 
 Attention alone must keep the contexts apart. :func:`attention`, registered with Hugging Face
-as :data:`ATTENTION`, scatters the queries, keys and values into a right-padded ``(B, L)``
-layout, where plain causal attention is exact (a real token sees the real tokens of its own
-context before it), runs sdpa there and gathers the result back. Outputs equal the padded
-forward's to float rounding. Called without a packed batch it is sdpa itself, so the same model
-still decodes with its KV cache; and a model whose attention never receives the packed batch
-still computes the right thing, since Hugging Face recognises restarting positions and then
-masks attention block-diagonally (slower, not wrong).
+as :data:`ATTENTION`, gathers the queries, keys and values into a right-padded ``(B, L)``
+layout, with the shared head copied into every context. There plain causal attention is exact
+(a real token sees the real tokens of its own context before it). It runs sdpa there and
+gathers the result back. Outputs and gradients equal the padded pass's to float rounding.
+Called without a packed batch it is sdpa itself, so the same model still decodes with its KV
+cache. A model whose attention does not pass the packed batch on would be wrong (Hugging Face
+would mask each context apart by its restarting positions, without the shared head), so
+unpacking its outputs raises an error that names the fix.
 
 :func:`enable` switches a model from sdpa to :data:`ATTENTION` (``--no-padding-free`` leaves it
 alone); :func:`~agents.lm_learner.response_logits` and the PPO learner's passes then pack
@@ -36,7 +44,7 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -53,63 +61,91 @@ ATTENTION = "padding_free_sdpa"
 class PackedBatch:
     """The real tokens of ``B`` padded contexts as one row, and where each goes back.
 
+    The tokens every context starts with (a prompt template's head) are in the row once:
+    their hidden states are the same in every context (same tokens, same positions, causal
+    attention), and the gradient through them is the sum of what each context sends back.
+
     Attributes:
-        input_ids: ``(1, N)`` the real tokens, context after context.
-        position_ids: ``(1, N)`` each token's position in its own context.
+        input_ids: ``(1, N)`` the shared head, then each context's own tokens, context after context.
+        position_ids: ``(1, N)`` each token's position in its context(s).
         logits_to_keep: ``(B * K,)`` the tokens at each context's ``K`` kept columns,
             context-major (a kept column after a context's last real token gets that token,
             an output the caller masks anyway).
-        index: ``(N,)`` each token's place in the right-padded ``(B, L)`` layout, flattened.
+        index: ``(N,)`` each token's place in the right-padded ``(B, L)`` layout, flattened (the
+            shared head's: in context 0).
+        source: ``(B * L,)`` the token at each place of that layout (padding: token 0, which no
+            real token attends to, as it comes after them).
         batch_size: ``B``.
         width: ``L``, the longest context's real length.
+        shared: the length of the shared head.
     """
 
     input_ids: torch.Tensor
     position_ids: torch.Tensor
     logits_to_keep: torch.Tensor
     index: torch.Tensor
+    source: torch.Tensor
     batch_size: int
     width: int
+    shared: int
+    attended: list[bool] = field(default_factory=list, compare=False, repr=False)
 
     @classmethod
     def pack(cls, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: torch.Tensor) -> PackedBatch | None:
         """Pack ``(B, W)`` contexts, keeping the outputs of the columns ``keep`` (increasing; for the
-        response, :func:`~agents.lm_learner.predicting_columns`). ``None`` if nothing is padded (the
-        padded pass is the same), if some context is empty, if its real tokens are not one run, or
-        if they start after ``keep[0]`` (the padded pass handles those)."""
+        response, :func:`~agents.lm_learner.predicting_columns`). ``None`` if nothing is padded and
+        no head is shared (the padded pass is the same), if some context is empty, if its real
+        tokens are not one run, or if they start after ``keep[0]`` (the padded pass handles those)."""
         B, W = input_ids.shape
+        device = input_ids.device
         real = attention_mask.bool()
-        if bool(real.all()):
-            return None
         lengths = real.sum(-1)
         starts = real.int().argmax(-1)  # first real column
-        columns = torch.arange(W, device=input_ids.device)
+        columns = torch.arange(W, device=device)
         run = (columns >= starts[:, None]) & (columns < (starts + lengths)[:, None])
         if not torch.equal(run, real) or bool((starts > keep[0]).any() | (lengths == 0).any()):
             return None
-        rows = torch.arange(B, device=input_ids.device).repeat_interleave(lengths)
-        offsets = lengths.cumsum(0) - lengths
-        positions = torch.arange(rows.numel(), device=input_ids.device) - offsets[rows]
+        heads = input_ids.gather(1, starts[:, None] + torch.arange(int(lengths.min()), device=device))
+        shared = int((heads == heads[:1]).all(0).int().cumprod(0).sum()) if B > 1 else 0
+        if shared == 0 and bool(real.all()):
+            return None
+        own = lengths - shared  # each context's tokens after the shared head
+        rows = torch.arange(B, device=device).repeat_interleave(own)
+        offsets = shared + own.cumsum(0) - own  # where each context's own tokens start in the row
+        positions = shared + torch.arange(rows.numel(), device=device) - (offsets - shared)[rows]  # in the context
         width = int(lengths.max())
-        last = starts + lengths - 1
-        kept = offsets[:, None] + torch.minimum(keep[None], last[:, None]) - starts[:, None]
+        head = torch.arange(shared, device=device)
+        layout = torch.arange(width, device=device)
+        source = torch.where(layout < shared, layout, offsets[:, None] + layout - shared)
+        source = torch.where(layout < lengths[:, None], source, 0)
+        at = torch.minimum(keep[None], (starts + lengths - 1)[:, None]) - starts[:, None]  # position of each kept column
+        kept = torch.where(at < shared, at, offsets[:, None] + at - shared)
         return cls(
-            input_ids=input_ids[rows, starts[rows] + positions][None],
-            position_ids=positions[None],
+            input_ids=torch.cat([input_ids[0, starts[0] + head], input_ids[rows, starts[rows] + positions]])[None],
+            position_ids=torch.cat([head, positions])[None],
             logits_to_keep=kept.reshape(-1),
-            index=rows * width + positions,
+            index=torch.cat([head, rows * width + positions]),
+            source=source.reshape(-1),
             batch_size=B,
             width=width,
+            shared=shared,
         )
 
     def unpack(self, x: torch.Tensor) -> torch.Tensor:
         """``(1, B * K, ...)`` outputs at :attr:`logits_to_keep` as ``(B, K, ...)``."""
+        if not self.attended:
+            raise RuntimeError(
+                "the model's attention never received the packed batch, so its contexts were not kept apart: "
+                "its attention implementation is not agents.padding_free's (turn padding-free passes off: "
+                "--no-padding-free, or TrainConfig(padding_free=False))"
+            )
         return x.reshape(self.batch_size, -1, *x.shape[2:])
 
     def pad(self, x: torch.Tensor) -> torch.Tensor:
-        """``(1, H, N, D)`` heads of the packed row as ``(B, H, L, D)``, right-padded with zeros."""
+        """``(1, H, N, D)`` heads of the packed row as ``(B, H, L, D)``, each context right-padded
+        (the shared head copied into every context)."""
         _, H, _, D = x.shape
-        padded = x.new_zeros(self.batch_size * self.width, H, D).index_copy(0, self.index, x[0].transpose(0, 1))
+        padded = x[0].transpose(0, 1).index_select(0, self.source)
         return padded.view(self.batch_size, self.width, H, D).transpose(1, 2)
 
     def unpad(self, x: torch.Tensor) -> torch.Tensor:
@@ -129,6 +165,7 @@ def attention(
     """Hugging Face's sdpa attention, run per context when the model was called with ``packed``."""
     if packed is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    packed.attended.append(True)
     out, _ = sdpa_attention_forward(module, packed.pad(query), packed.pad(key), packed.pad(value), None, **kwargs)
     return packed.unpad(out), None
 

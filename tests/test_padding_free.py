@@ -31,19 +31,23 @@ def tiny(arch: str) -> torch.nn.Module:
     return GPT2LMHeadModel(config).eval()
 
 
-def batch() -> tuple[torch.Tensor, torch.Tensor]:
-    """Three 10-wide contexts: left padding of 3 and 0 columns, and a response that ended 2 tokens early."""
+def batch(shared_head: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Three 10-wide contexts: left padding of 3 and 0 columns, and a response that ended 2 tokens
+    early; ``shared_head``: all three start with the same 3 tokens (as a prompt template's head)."""
     torch.manual_seed(1)
     ids = torch.randint(3, 40, (3, 10))
     mask = torch.ones_like(ids)
     mask[0, :3] = 0
     mask[2, -2:] = 0
+    if shared_head:
+        ids[0, 3:6] = ids[1, :3] = ids[2, :3] = torch.tensor([7, 8, 9])
     return ids, mask
 
 
 def test_packing_a_batch_by_hand():
     ids, mask = batch()
     packed = PackedBatch.pack(ids, mask, predicting_columns(10, T))
+    assert packed.shared == 0
     assert packed.input_ids.tolist() == [[*ids[0, 3:].tolist(), *ids[1].tolist(), *ids[2, :8].tolist()]]
     assert packed.position_ids.tolist() == [[*range(7), *range(10), *range(8)]]
     assert packed.width == 10 and packed.batch_size == 3
@@ -52,9 +56,24 @@ def test_packing_a_batch_by_hand():
     x = torch.arange(2 * 25 * 3, dtype=torch.float32).view(1, 2, 25, 3)  # (1, H, N, D)
     padded = packed.pad(x)
     assert padded.shape == (3, 2, 10, 3)
-    assert torch.equal(padded[0, :, 7:], torch.zeros(2, 3, 3))  # right padding
+    assert torch.equal(padded[1], x[0, :, 7:17])  # context 1, right-padded by nothing
     assert torch.equal(packed.unpad(padded.transpose(1, 2)), x.transpose(1, 2))
+    packed.attended.append(True)  # what the attention function does
     assert packed.unpack(torch.zeros(1, 12, 5)).shape == (3, 4, 5)
+
+
+def test_a_head_all_contexts_share_is_in_the_row_once():
+    ids, mask = batch(shared_head=True)
+    packed = PackedBatch.pack(ids, mask, predicting_columns(10, T))
+    assert packed.shared == 3
+    assert packed.input_ids.tolist() == [[7, 8, 9, *ids[0, 6:].tolist(), *ids[1, 3:].tolist(), *ids[2, 3:8].tolist()]]
+    assert packed.position_ids.tolist() == [[0, 1, 2, *range(3, 7), *range(3, 10), *range(3, 8)]]
+    # context 0's columns 5..8 are its positions 2..5: the head's last token, then its own 3 tokens
+    assert packed.logits_to_keep.tolist() == [2, 3, 4, 5, 7 + 2, 7 + 3, 7 + 4, 7 + 5, 14 + 2, 14 + 3, 14 + 4, 14 + 4]
+    x = torch.arange(19, dtype=torch.float32).view(1, 1, 19, 1)
+    padded = packed.pad(x)[:, 0, :, 0]
+    assert padded[:, :3].tolist() == [[0, 1, 2]] * 3  # the head, in every context
+    assert padded[1].tolist() == [0, 1, 2, *range(7, 14)]
 
 
 def test_masks_that_do_not_pack_fall_back_to_the_padded_pass():
@@ -77,9 +96,10 @@ def test_masks_that_do_not_pack_fall_back_to_the_padded_pass():
     torch.testing.assert_close(response_logits(lm, ids, holed, T), expected)
 
 
+@pytest.mark.parametrize("shared_head", [False, True])
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
-def test_padding_free_outputs_and_gradients_equal_the_padded_ones(arch):
-    ids, mask = batch()
+def test_padding_free_outputs_and_gradients_equal_the_padded_ones(arch, shared_head):
+    ids, mask = batch(shared_head)
     valid = mask[:, -T:].bool()
     results = {}
     for on in (False, True):
@@ -102,16 +122,16 @@ def test_padding_free_outputs_and_gradients_equal_the_padded_ones(arch):
         torch.testing.assert_close(packed[2][name], grad, rtol=1e-4, atol=1e-5, msg=name)
 
 
-def test_without_the_packed_batch_hugging_face_masks_each_context_apart():
-    """The module's promise: a model whose attention never sees ``packed`` is slower, not wrong."""
-    ids, mask = batch()
+def test_a_model_whose_attention_never_sees_the_packed_batch_is_an_error():
+    """Hugging Face would mask each context apart by its restarting positions, but would not give
+    a shared head to every context: unpacking such outputs raises."""
+    ids, mask = batch(shared_head=True)
     lm = tiny("llama")
-    expected = response_logits(lm, ids, mask, T)
     padding_free.enable(lm)
     inputs, unpack = response_inputs(lm, ids, mask, T)
     del inputs["packed"]
-    valid = mask[:, -T:].bool()
-    torch.testing.assert_close(unpack(lm(**inputs, use_cache=False).logits)[valid], expected[valid])
+    with pytest.raises(RuntimeError, match="never received the packed batch.*--no-padding-free"):
+        unpack(lm(**inputs, use_cache=False).logits)
 
 
 def test_decoding_with_a_kv_cache_is_sdpa_itself():
