@@ -153,7 +153,7 @@ class TrainConfig:
     gradient_checkpointing_observer: bool = _f(False, "CORY: recompute activations only in the observer's update, whose context (query twice + the pioneer's response) is the widest: most of --gradient-checkpointing's memory saving for less of its time")
     retain_freed_memory: bool = _f(True, "CPU runs on Linux: keep freed memory in the process for reuse instead of returning it to the OS (no page faults on every large tensor: a CORY iteration 6-11%% faster, same peak memory; see agents.host_memory)")
     cpu_linear: bool = _f(True, "CPU runs in float32: linear layers take the matrix-multiply layout the CPU runs fastest when a decode step multiplies a few rows, and give a frozen LM head a contiguous input (a CORY rollout about 12%% faster, the iteration about 1.6%%; see agents.cpu_linear)")
-    padding_free: bool = _f(True, "scoring and training passes run each batch's real tokens as one row, without the padding of its shorter contexts (as TRL's padding_free; sdpa attention, per context; see agents.padding_free)")
+    padding_free: bool = _f(True, "scoring and training passes run each batch's real tokens as one row, without the padding of its shorter contexts, and the head all contexts share (a prompt template's) once (as TRL's padding_free; sdpa attention, per context; see agents.padding_free)")
     load_in_4bit: bool = _f(False, "CUDA only, with --lora: load the base in 4 bits (bitsandbytes NF4), as the paper's GSM8K runs")
     device: str = _f("auto", "cpu, cuda, or auto (under accelerate launch: each process's own device)")
     learner_devices: str = _f("", "one device per learner, comma-separated (e.g. cuda:0,cuda:1: llm_0 and llm_1, each with its own reference copy); single process, full fine-tuning")
