@@ -8,21 +8,24 @@ responses) 15-20% of the columns are padding. As with TRL's ``padding_free`` opt
 restarting at 0 for each context, so the linear layers, norms and activations run on the ``N``
 real tokens only.
 
-The tokens that every context starts with are in the row once. A prompt template's head is
-such a run (the CORY observer's ``I can make this sentence "``, the GSM8K one-shot exemplar):
-its hidden states are the same in every context (same tokens, same positions, causal
-attention), and its gradient is the sum of what each context sends back through it, which
-autograd adds up from the copies attention reads. For the observer at the benchmark's settings
-that is 5-6 more tokens per context.
+The tokens a context starts with in common with the context before it are in the row once.
+A prompt template's head is such a run in every context (the CORY observer's ``I can make this
+sentence "``, the GSM8K one-shot exemplar); in a GRPO or RLOO batch, whose groups of responses
+to one prompt sit next to each other, it is the whole prompt for all but the first of a group
+(and any tokens their responses begin with in common). The hidden states of such tokens are the
+same in each context (same tokens, same positions, causal attention), and their gradient is the
+sum of what each context sends back through them, which autograd adds up from the copies
+attention reads. For the CORY observer at the benchmark's settings that is 5-6 more tokens per
+context.
 
 Attention alone must keep the contexts apart. :func:`attention`, registered with Hugging Face
 as :data:`ATTENTION`, gathers the queries, keys and values into a right-padded ``(B, L)``
-layout, with the shared head copied into every context. There plain causal attention is exact
+layout, with the shared tokens copied into every context that has them. There plain causal attention is exact
 (a real token sees the real tokens of its own context before it). It runs sdpa there and
 gathers the result back. Outputs and gradients equal the padded pass's to float rounding.
 Called without a packed batch it is sdpa itself, so the same model still decodes with its KV
 cache. A model whose attention does not pass the packed batch on would be wrong (Hugging Face
-would mask each context apart by its restarting positions, without the shared head), so
+would mask each context apart by its restarting positions, without the shared tokens), so
 unpacking its outputs raises an error that names the fix.
 
 :func:`enable` switches a model from sdpa to :data:`ATTENTION` (``--no-padding-free`` leaves it
@@ -61,23 +64,26 @@ ATTENTION = "padding_free_sdpa"
 class PackedBatch:
     """The real tokens of ``B`` padded contexts as one row, and where each goes back.
 
-    The tokens every context starts with (a prompt template's head) are in the row once:
-    their hidden states are the same in every context (same tokens, same positions, causal
-    attention), and the gradient through them is the sum of what each context sends back.
+    The tokens a context starts with in common with the context before it (a prompt
+    template's head, a GRPO group's prompt) are in the row once: their hidden states are the
+    same in each of those contexts (same tokens, same positions, causal attention), and the
+    gradient through them is the sum of what each context sends back.
 
     Attributes:
-        input_ids: ``(1, N)`` the shared head, then each context's own tokens, context after context.
+        input_ids: ``(1, N)`` each context's own tokens (those it does not share with the one
+            before it), context after context.
         position_ids: ``(1, N)`` each token's position in its context(s).
         logits_to_keep: ``(B * K,)`` the tokens at each context's ``K`` kept columns,
             context-major (a kept column after a context's last real token gets that token,
             an output the caller masks anyway).
-        index: ``(N,)`` each token's place in the right-padded ``(B, L)`` layout, flattened (the
-            shared head's: in context 0).
+        index: ``(N,)`` each token's place in the right-padded ``(B, L)`` layout, flattened (a
+            shared token's: in the first context that has it).
         source: ``(B * L,)`` the token at each place of that layout (padding: token 0, which no
             real token attends to, as it comes after them).
         batch_size: ``B``.
         width: ``L``, the longest context's real length.
-        shared: the length of the shared head.
+        shared: ``(B,)`` how many tokens each context starts with in common with the one before
+            it (0 for the first).
     """
 
     input_ids: torch.Tensor
@@ -87,15 +93,16 @@ class PackedBatch:
     source: torch.Tensor
     batch_size: int
     width: int
-    shared: int
+    shared: torch.Tensor
     attended: list[bool] = field(default_factory=list, compare=False, repr=False)
 
     @classmethod
     def pack(cls, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: torch.Tensor) -> PackedBatch | None:
         """Pack ``(B, W)`` contexts, keeping the outputs of the columns ``keep`` (increasing; for the
         response, :func:`~agents.lm_learner.predicting_columns`). ``None`` if nothing is padded and
-        no head is shared (the padded pass is the same), if some context is empty, if its real
-        tokens are not one run, or if they start after ``keep[0]`` (the padded pass handles those)."""
+        no context shares tokens with the one before it (the padded pass is the same), if some
+        context is empty, if its real tokens are not one run, or if they start after ``keep[0]``
+        (the padded pass handles those)."""
         B, W = input_ids.shape
         device = input_ids.device
         real = attention_mask.bool()
@@ -105,26 +112,30 @@ class PackedBatch:
         run = (columns >= starts[:, None]) & (columns < (starts + lengths)[:, None])
         if not torch.equal(run, real) or bool((starts > keep[0]).any() | (lengths == 0).any()):
             return None
-        heads = input_ids.gather(1, starts[:, None] + torch.arange(int(lengths.min()), device=device))
-        shared = int((heads == heads[:1]).all(0).int().cumprod(0).sum()) if B > 1 else 0
-        if shared == 0 and bool(real.all()):
+        # Each context's real tokens from its start (-1 after them), and how many it starts with
+        # in common with the context before it.
+        tokens = input_ids.gather(1, (starts[:, None] + columns).clamp(max=W - 1)).masked_fill(columns >= lengths[:, None], -1)
+        same = ((tokens[1:] == tokens[:-1]) & (tokens[1:] >= 0)).int().cumprod(-1).sum(-1)
+        shared = torch.cat([same.new_zeros(1), same])
+        if bool((shared == 0).all() & real.all()):
             return None
-        own = lengths - shared  # each context's tokens after the shared head
+        own = lengths - shared  # each context's tokens after those
+        offsets = own.cumsum(0) - own  # where each context's own tokens start in the row
         rows = torch.arange(B, device=device).repeat_interleave(own)
-        offsets = shared + own.cumsum(0) - own  # where each context's own tokens start in the row
-        positions = shared + torch.arange(rows.numel(), device=device) - (offsets - shared)[rows]  # in the context
+        positions = shared[rows] + torch.arange(rows.numel(), device=device) - offsets[rows]  # in the context
         width = int(lengths.max())
-        head = torch.arange(shared, device=device)
         layout = torch.arange(width, device=device)
-        source = torch.where(layout < shared, layout, offsets[:, None] + layout - shared)
-        source = torch.where(layout < lengths[:, None], source, 0)
+        # The context whose own token each place of the (B, L) layout is: the last one up to this
+        # context that does not share that position with the one before it.
+        owns = layout[None] >= shared[:, None]
+        owner = torch.where(owns, torch.arange(B, device=device)[:, None], 0).cummax(0).values
+        source = torch.where(layout < lengths[:, None], offsets[owner] + layout - shared[owner], 0)
         at = torch.minimum(keep[None], (starts + lengths - 1)[:, None]) - starts[:, None]  # position of each kept column
-        kept = torch.where(at < shared, at, offsets[:, None] + at - shared)
         return cls(
-            input_ids=torch.cat([input_ids[0, starts[0] + head], input_ids[rows, starts[rows] + positions]])[None],
-            position_ids=torch.cat([head, positions])[None],
-            logits_to_keep=kept.reshape(-1),
-            index=torch.cat([head, rows * width + positions]),
+            input_ids=input_ids[rows, starts[rows] + positions][None],
+            position_ids=positions[None],
+            logits_to_keep=source.gather(1, at).reshape(-1),
+            index=rows * width + positions,
             source=source.reshape(-1),
             batch_size=B,
             width=width,
@@ -143,7 +154,7 @@ class PackedBatch:
 
     def pad(self, x: torch.Tensor) -> torch.Tensor:
         """``(1, H, N, D)`` heads of the packed row as ``(B, H, L, D)``, each context right-padded
-        (the shared head copied into every context)."""
+        (shared tokens copied into every context that has them)."""
         _, H, _, D = x.shape
         padded = x[0].transpose(0, 1).index_select(0, self.source)
         return padded.view(self.batch_size, self.width, H, D).transpose(1, 2)

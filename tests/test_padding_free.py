@@ -31,14 +31,18 @@ def tiny(arch: str) -> torch.nn.Module:
     return GPT2LMHeadModel(config).eval()
 
 
-def batch(shared_head: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def batch(shared_head: bool | str = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Three 10-wide contexts: left padding of 3 and 0 columns, and a response that ended 2 tokens
-    early; ``shared_head``: all three start with the same 3 tokens (as a prompt template's head)."""
+    early; ``shared_head``: all three start with the same 3 tokens (as a prompt template's head);
+    ``"groups"``: :func:`groups`."""
+    if shared_head == "groups":
+        return groups()
     torch.manual_seed(1)
     ids = torch.randint(3, 40, (3, 10))
     mask = torch.ones_like(ids)
     mask[0, :3] = 0
     mask[2, -2:] = 0
+    ids[1, 0] = 18  # seed 1 starts contexts 0 and 1 with the same token: no context shares a first token here
     if shared_head:
         ids[0, 3:6] = ids[1, :3] = ids[2, :3] = torch.tensor([7, 8, 9])
     return ids, mask
@@ -47,7 +51,7 @@ def batch(shared_head: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
 def test_packing_a_batch_by_hand():
     ids, mask = batch()
     packed = PackedBatch.pack(ids, mask, predicting_columns(10, T))
-    assert packed.shared == 0
+    assert packed.shared.tolist() == [0, 0, 0]
     assert packed.input_ids.tolist() == [[*ids[0, 3:].tolist(), *ids[1].tolist(), *ids[2, :8].tolist()]]
     assert packed.position_ids.tolist() == [[*range(7), *range(10), *range(8)]]
     assert packed.width == 10 and packed.batch_size == 3
@@ -65,7 +69,7 @@ def test_packing_a_batch_by_hand():
 def test_a_head_all_contexts_share_is_in_the_row_once():
     ids, mask = batch(shared_head=True)
     packed = PackedBatch.pack(ids, mask, predicting_columns(10, T))
-    assert packed.shared == 3
+    assert packed.shared.tolist() == [0, 3, 3]
     assert packed.input_ids.tolist() == [[7, 8, 9, *ids[0, 6:].tolist(), *ids[1, 3:].tolist(), *ids[2, 3:8].tolist()]]
     assert packed.position_ids.tolist() == [[0, 1, 2, *range(3, 7), *range(3, 10), *range(3, 8)]]
     # context 0's columns 5..8 are its positions 2..5: the head's last token, then its own 3 tokens
@@ -74,6 +78,40 @@ def test_a_head_all_contexts_share_is_in_the_row_once():
     padded = packed.pad(x)[:, 0, :, 0]
     assert padded[:, :3].tolist() == [[0, 1, 2]] * 3  # the head, in every context
     assert padded[1].tolist() == [0, 1, 2, *range(7, 14)]
+
+
+def groups() -> tuple[torch.Tensor, torch.Tensor]:
+    """Two groups of two responses to one prompt each, as GRPO's batches (all four prompts start
+    with the same 3-token head): the first group's responses begin with the same token, and the
+    last response ended 2 tokens early."""
+    ids = torch.tensor([
+        [0, 0, 7, 8, 9, 10, 30, 31, 32, 33],
+        [0, 0, 7, 8, 9, 10, 30, 35, 36, 37],
+        [7, 8, 9, 11, 12, 13, 20, 21, 22, 23],
+        [7, 8, 9, 11, 12, 13, 24, 25, 0, 0],
+    ])  # fmt: skip
+    mask = (torch.arange(10) >= torch.tensor([2, 2, 0, 0])[:, None]).long()
+    mask[3, -2:] = 0
+    return ids, mask
+
+
+def test_contexts_share_what_they_start_with_in_common_with_the_one_before():
+    ids, mask = groups()
+    packed = PackedBatch.pack(ids, mask, predicting_columns(10, T))
+    assert packed.shared.tolist() == [0, 5, 3, 6]  # a prompt and a first response token; the head; a prompt
+    assert packed.input_ids.tolist() == [[7, 8, 9, 10, 30, 31, 32, 33, 35, 36, 37, 11, 12, 13, 20, 21, 22, 23, 24, 25]]
+    assert packed.position_ids.tolist() == [[*range(8), 5, 6, 7, *range(3, 10), 6, 7]]
+    # context 1's first two kept positions are context 0's tokens; context 3's first is context 2's
+    assert packed.logits_to_keep.tolist() == [3, 4, 5, 6, 3, 4, 8, 9, 13, 14, 15, 16, 13, 18, 19, 19]
+    x = torch.arange(20, dtype=torch.float32).view(1, 1, 20, 1)
+    padded = packed.pad(x)[:, 0, :, 0]
+    assert padded.tolist() == [
+        [*range(8), 0, 0],
+        [0, 1, 2, 3, 4, 8, 9, 10, 0, 0],
+        [0, 1, 2, *range(11, 18)],
+        [0, 1, 2, 11, 12, 13, 18, 19, 0, 0],
+    ]  # fmt: skip
+    assert torch.equal(packed.unpad(packed.pad(x).transpose(1, 2)), x.transpose(1, 2))
 
 
 def test_masks_that_do_not_pack_fall_back_to_the_padded_pass():
@@ -96,7 +134,7 @@ def test_masks_that_do_not_pack_fall_back_to_the_padded_pass():
     torch.testing.assert_close(response_logits(lm, ids, holed, T), expected)
 
 
-@pytest.mark.parametrize("shared_head", [False, True])
+@pytest.mark.parametrize("shared_head", [False, True, "groups"])
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 def test_padding_free_outputs_and_gradients_equal_the_padded_ones(arch, shared_head):
     ids, mask = batch(shared_head)
@@ -178,6 +216,8 @@ def test_training_with_and_without_padding_free_passes_gives_the_same_run(toy_mo
         for lm in trainer.learners.values():
             assert padding_free.is_enabled(lm.model) == on and padding_free.is_enabled(lm.reference) == on
         runs.append([trainer.run_iteration()[0] for _ in range(2)])
+    # The same samples and, up to float rounding, the same losses: shared tokens' gradients are
+    # summed in another order, and at lr 1e-2 four Adam steps make that up to about 1e-4 of a loss.
     for packed, padded in zip(*runs):
         for key in ("llm_0/policy_loss", "llm_1/policy_loss", "llm_0/kl", "llm_1/kl", "llm_0/task_reward_mean"):
-            assert packed[key] == pytest.approx(padded[key], rel=1e-4, abs=1e-6), key
+            assert packed[key] == pytest.approx(padded[key], rel=1e-3, abs=1e-6), key
