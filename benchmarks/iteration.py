@@ -22,6 +22,8 @@ memory is at most 1.3x PPO's; our CORY needs at most 40% of the authors' CORY ti
                                                    # (agents.padding_free off)
     python benchmarks/iteration.py --lora-only --gradient-checkpointing-observer   # CORY recomputes
                                                    # activations in the observer's update only
+    python benchmarks/iteration.py --learner grpo --no-lora --padding-free-ablation   # GRPO learners
+                                                   # (--group-size 4 responses per prompt); --task gsm8k
 """
 
 from __future__ import annotations
@@ -150,6 +152,11 @@ def main() -> None:
     p.add_argument("--new-tokens", type=int, default=10, help="tokens per response (fixed)")
     p.add_argument("--ppo-epochs", type=int, default=4, help="PPO epochs")
     p.add_argument("--kl-estimator", default="full", help="KL estimator of the penalty")
+    p.add_argument("--learner", default="ppo", choices=("ppo", "grpo", "rloo"),
+                   help="each agent's learning algorithm (PPO and CORY alike)")
+    p.add_argument("--group-size", type=int, default=4, help="grpo/rloo: responses per prompt")
+    p.add_argument("--task", default="sentiment", choices=("sentiment", "gsm8k"),
+                   help="sentiment: Rotten Tomatoes prompts, VADER; gsm8k: the offline problems")
     p.add_argument("--rounds", type=int, default=3,
                    help="rounds; each runs every configuration once, in a fresh process (warm-up, then --iterations)")
     p.add_argument("--iterations", type=int, default=1, help="measured iterations per configuration and round")
@@ -177,8 +184,11 @@ def main() -> None:
     common = dict(
         batch_size=args.batch_size, mini_batch_size=args.mini_batch_size, ppo_epochs=args.ppo_epochs,
         min_new_tokens=args.new_tokens, max_new_tokens=args.new_tokens, kl_estimator=args.kl_estimator,
-        review_source="rotten_tomatoes", bf16=args.bf16, gradient_checkpointing=args.gradient_checkpointing, checkpoint_every=10**6, model=args.model, device=args.device,
+        bf16=args.bf16, gradient_checkpointing=args.gradient_checkpointing, checkpoint_every=10**6, model=args.model,
+        device=args.device, learner=args.learner, group_size=args.group_size, task=args.task,
     )  # fmt: skip
+    if args.task == "sentiment":
+        common["review_source"] = "rotten_tomatoes"
     print(f"settings: {json.dumps(common)}")
     cory_only = {"cory": {"gradient_checkpointing_observer": True}} if args.gradient_checkpointing_observer else {}
     configs = {algo: dict(common, algo=algo, **cory_only.get(algo, {})) for algo in ("ppo", "cory") if not args.lora_only}
@@ -233,7 +243,7 @@ def main() -> None:
 def at_authors_settings(args: argparse.Namespace, parser: argparse.ArgumentParser) -> bool:
     """Whether this run used the settings at which the authors' code was measured: the defaults."""
     names = ("batch_size", "mini_batch_size", "new_tokens", "ppo_epochs", "kl_estimator", "model", "device", "bf16",
-             "gradient_checkpointing", "gradient_checkpointing_observer")  # fmt: skip
+             "gradient_checkpointing", "gradient_checkpointing_observer", "learner", "task")  # fmt: skip
     return all(getattr(args, n) == parser.get_default(n) for n in names)
 
 
