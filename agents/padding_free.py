@@ -8,11 +8,11 @@ responses) 15-20% of the columns are padding. As with TRL's ``padding_free`` opt
 restarting at 0 for each context, so the linear layers, norms and activations run on the ``N``
 real tokens only.
 
-The tokens a context starts with in common with the context before it are in the row once.
-A prompt template's head is such a run in every context (the CORY observer's ``I can make this
-sentence "``, the GSM8K one-shot exemplar); in a GRPO or RLOO batch, whose groups of responses
-to one prompt sit next to each other, it is the whole prompt for all but the first of a group
-(and any tokens their responses begin with in common). The hidden states of such tokens are the
+The tokens a context starts with in common with an earlier context of the batch are in the
+row once. A prompt template's head is such a run in every context (the CORY observer's ``I can
+make this sentence "``, the GSM8K one-shot exemplar); in a GRPO or RLOO batch, which holds
+``group_size`` responses to each prompt, it is the whole prompt for all but the first of a group
+(and any tokens their responses begin with in common), in whatever order a minibatch has them. The hidden states of such tokens are the
 same in each context (same tokens, same positions, causal attention), and their gradient is the
 sum of what each context sends back through them, which autograd adds up from the copies
 attention reads. For the CORY observer at the benchmark's settings that is 5-6 more tokens per
@@ -64,14 +64,14 @@ ATTENTION = "padding_free_sdpa"
 class PackedBatch:
     """The real tokens of ``B`` padded contexts as one row, and where each goes back.
 
-    The tokens a context starts with in common with the context before it (a prompt
+    The tokens a context starts with in common with an earlier context (a prompt
     template's head, a GRPO group's prompt) are in the row once: their hidden states are the
     same in each of those contexts (same tokens, same positions, causal attention), and the
     gradient through them is the sum of what each context sends back.
 
     Attributes:
-        input_ids: ``(1, N)`` each context's own tokens (those it does not share with the one
-            before it), context after context.
+        input_ids: ``(1, N)`` each context's own tokens (those it does not share with an
+            earlier one), context after context.
         position_ids: ``(1, N)`` each token's position in its context(s).
         logits_to_keep: ``(B * K,)`` the tokens at each context's ``K`` kept columns,
             context-major (a kept column after a context's last real token gets that token,
@@ -82,8 +82,8 @@ class PackedBatch:
             real token attends to, as it comes after them).
         batch_size: ``B``.
         width: ``L``, the longest context's real length.
-        shared: ``(B,)`` how many tokens each context starts with in common with the one before
-            it (0 for the first).
+        shared: ``(B,)`` how many tokens each context starts with in common with an earlier
+            one (the most with any; 0 for the first).
     """
 
     input_ids: torch.Tensor
@@ -100,7 +100,7 @@ class PackedBatch:
     def pack(cls, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: torch.Tensor) -> PackedBatch | None:
         """Pack ``(B, W)`` contexts, keeping the outputs of the columns ``keep`` (increasing; for the
         response, :func:`~agents.lm_learner.predicting_columns`). ``None`` if nothing is padded and
-        no context shares tokens with the one before it (the padded pass is the same), if some
+        no context shares tokens with an earlier one (the padded pass is the same), if some
         context is empty, if its real tokens are not one run, or if they start after ``keep[0]``
         (the padded pass handles those)."""
         B, W = input_ids.shape
@@ -112,23 +112,17 @@ class PackedBatch:
         run = (columns >= starts[:, None]) & (columns < (starts + lengths)[:, None])
         if not torch.equal(run, real) or bool((starts > keep[0]).any() | (lengths == 0).any()):
             return None
-        # Each context's real tokens from its start (-1 after them), and how many it starts with
-        # in common with the context before it.
-        tokens = input_ids.gather(1, (starts[:, None] + columns).clamp(max=W - 1)).masked_fill(columns >= lengths[:, None], -1)
-        same = ((tokens[1:] == tokens[:-1]) & (tokens[1:] >= 0)).int().cumprod(-1).sum(-1)
-        shared = torch.cat([same.new_zeros(1), same])
+        owner = _first_with_prefix(input_ids, starts, lengths)
+        layout = torch.arange(owner.shape[1], device=device)
+        contexts = torch.arange(B, device=device)
+        shared = ((owner < contexts[:, None]) & (layout < lengths[:, None])).sum(-1)  # a prefix of each context
         if bool((shared == 0).all() & real.all()):
             return None
         own = lengths - shared  # each context's tokens after those
         offsets = own.cumsum(0) - own  # where each context's own tokens start in the row
-        rows = torch.arange(B, device=device).repeat_interleave(own)
+        rows = contexts.repeat_interleave(own)
         positions = shared[rows] + torch.arange(rows.numel(), device=device) - offsets[rows]  # in the context
-        width = int(lengths.max())
-        layout = torch.arange(width, device=device)
-        # The context whose own token each place of the (B, L) layout is: the last one up to this
-        # context that does not share that position with the one before it.
-        owns = layout[None] >= shared[:, None]
-        owner = torch.where(owns, torch.arange(B, device=device)[:, None], 0).cummax(0).values
+        width = owner.shape[1]
         source = torch.where(layout < lengths[:, None], offsets[owner] + layout - shared[owner], 0)
         at = torch.minimum(keep[None], (starts + lengths - 1)[:, None]) - starts[:, None]  # position of each kept column
         return cls(
@@ -162,6 +156,36 @@ class PackedBatch:
     def unpad(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, L, H, D)`` attention outputs back to the packed row, ``(1, N, H, D)``."""
         return x.reshape(self.batch_size * self.width, *x.shape[2:]).index_select(0, self.index)[None]
+
+
+
+def _first_with_prefix(input_ids: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """``(B, L)``: for each position ``l`` of each context's real tokens, the first context whose
+    real tokens begin with the same ``l + 1`` tokens (the context itself if none before it does;
+    0 after a context's end), ``L`` being the longest context's length.
+
+    Contexts are sorted by their tokens, so that those starting alike are neighbours; for each
+    position, a run of neighbours that agree up to it is one set of contexts sharing that prefix,
+    and its smallest index is the first. Exact (no hashing); the batch's order does not matter,
+    so shuffled minibatches still share a GRPO group's prompt.
+    """
+    B, W = input_ids.shape
+    L = int(lengths.max())
+    device = input_ids.device
+    layout = torch.arange(L, device=device)
+    valid = layout < lengths[:, None]
+    tokens = input_ids.gather(1, (starts[:, None] + layout).clamp(max=W - 1)).masked_fill(~valid, -1)
+    order = torch.tensor(sorted(range(B), key=tokens.tolist().__getitem__), device=device)
+    ranked = tokens[order]
+    agree = (ranked[1:] == ranked[:-1]) & (ranked[1:] >= 0)  # neighbours' tokens, position by position
+    common = torch.cat([agree.new_zeros(1, L), agree.int().cumprod(-1).bool()])  # same prefix up to l as the one before
+    run = (~common).int().cumsum(0) - 1  # (B, L): which run of same-prefix neighbours, per position
+    first = torch.full((B * L,), B, device=device).scatter_reduce(
+        0, (run * L + layout).reshape(-1), order[:, None].expand(B, L).reshape(-1), "amin"
+    )
+    owner = torch.empty_like(tokens)
+    owner[order] = first[run * L + layout]
+    return owner.masked_fill(~valid, 0)
 
 
 def attention(

@@ -34,9 +34,12 @@ def tiny(arch: str) -> torch.nn.Module:
 def batch(shared_head: bool | str = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Three 10-wide contexts: left padding of 3 and 0 columns, and a response that ended 2 tokens
     early; ``shared_head``: all three start with the same 3 tokens (as a prompt template's head);
-    ``"groups"``: :func:`groups`."""
+    ``"groups"``: :func:`groups`; ``"shuffled groups"``: the same in a minibatch's shuffled order."""
     if shared_head == "groups":
         return groups()
+    if shared_head == "shuffled groups":
+        ids, mask = groups()
+        return ids[SHUFFLE], mask[SHUFFLE]
     torch.manual_seed(1)
     ids = torch.randint(3, 40, (3, 10))
     mask = torch.ones_like(ids)
@@ -114,6 +117,17 @@ def test_contexts_share_what_they_start_with_in_common_with_the_one_before():
     assert torch.equal(packed.unpad(packed.pad(x).transpose(1, 2)), x.transpose(1, 2))
 
 
+SHUFFLE = [2, 0, 3, 1]  # no context next to another of its group
+
+
+def test_contexts_share_with_any_earlier_context_in_a_shuffled_batch():
+    ids, mask = groups()
+    packed = PackedBatch.pack(ids[SHUFFLE], mask[SHUFFLE], predicting_columns(10, T))
+    # the first (a group-2 context); the head with it; group 2's prompt with it; group 1's prompt and first token
+    assert packed.shared.tolist() == [0, 3, 6, 5]
+    assert packed.input_ids.tolist() == [[7, 8, 9, 11, 12, 13, 20, 21, 22, 23, 10, 30, 31, 32, 33, 24, 25, 35, 36, 37]]
+
+
 def test_masks_that_do_not_pack_fall_back_to_the_padded_pass():
     ids, mask = batch()
     holed = mask.clone()
@@ -134,7 +148,7 @@ def test_masks_that_do_not_pack_fall_back_to_the_padded_pass():
     torch.testing.assert_close(response_logits(lm, ids, holed, T), expected)
 
 
-@pytest.mark.parametrize("shared_head", [False, True, "groups"])
+@pytest.mark.parametrize("shared_head", [False, True, "groups", "shuffled groups"])
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 def test_padding_free_outputs_and_gradients_equal_the_padded_ones(arch, shared_head):
     ids, mask = batch(shared_head)
