@@ -164,9 +164,10 @@ def _first_with_prefix(input_ids: torch.Tensor, starts: torch.Tensor, lengths: t
     real tokens begin with the same ``l + 1`` tokens (the context itself if none before it does;
     0 after a context's end), ``L`` being the longest context's length.
 
-    Contexts are sorted by their tokens, so that those starting alike are neighbours; for each
-    position, a run of neighbours that agree up to it is one set of contexts sharing that prefix,
-    and its smallest index is the first. Exact (no hashing); the batch's order does not matter,
+    Contexts are sorted by their tokens (``torch.unique`` over rows sorts them lexicographically,
+    on the device), so that those starting alike are neighbours; for each position, a run of
+    neighbours that agree up to it is one set of contexts sharing that prefix, and its smallest
+    index is the first. Exact (no hashing); the batch's order does not matter,
     so shuffled minibatches still share a GRPO group's prompt.
     """
     B, W = input_ids.shape
@@ -175,7 +176,8 @@ def _first_with_prefix(input_ids: torch.Tensor, starts: torch.Tensor, lengths: t
     layout = torch.arange(L, device=device)
     valid = layout < lengths[:, None]
     tokens = input_ids.gather(1, (starts[:, None] + layout).clamp(max=W - 1)).masked_fill(~valid, -1)
-    order = torch.tensor(sorted(range(B), key=tokens.tolist().__getitem__), device=device)
+    _, rank = torch.unique(tokens, dim=0, return_inverse=True)  # rows sorted lexicographically, on the device
+    order = torch.sort(rank, stable=True).indices
     ranked = tokens[order]
     agree = (ranked[1:] == ranked[:-1]) & (ranked[1:] >= 0)  # neighbours' tokens, position by position
     common = torch.cat([agree.new_zeros(1, L), agree.int().cumprod(-1).bool()])  # same prefix up to l as the one before
