@@ -53,8 +53,8 @@ class Episode:
     Conversation ``b`` is row ``b`` everywhere. ``input_ids[b, -response_width:]`` is the
     learner's response, right-padded (``attention_mask`` 0 after it ended); the columns
     before it are its prompt, left-padded: the observer's prompt contains the pioneer's
-    response to the same query. Positions for a forward pass count real tokens only:
-    ``attention_mask.cumsum(-1) - 1``.
+    response to the same query. Positions for a forward pass count real tokens only
+    (:func:`agents.lm_actor.generate_positions`).
     """
 
     input_ids: torch.Tensor  # (B, W) prompt (left-padded) then response

@@ -37,6 +37,12 @@ class StepOutput:
     logits: torch.Tensor  # (B, V) processed next-token logits the tokens were drawn from
 
 
+def generate_positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids of left-padded contexts as ``generate`` gives them: each real token's count
+    of real tokens before it (padding gets 0, which nothing attends to)."""
+    return (attention_mask.cumsum(-1) - 1).clamp(min=0)
+
+
 def sample_categorical(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """One token id per row of ``probs`` ``(B, V)``, drawn from that row's distribution.
 
@@ -155,8 +161,7 @@ class LMActor:
         device = self.device
         ids = torch.tensor(np.atleast_2d(observation["input_ids"])[:, -new:], device=device)
         mask = torch.tensor(np.atleast_2d(observation["attention_mask"])[:, -(past + new) :], device=device)
-        # Left padding: positions count real tokens only, as in `generate`.
-        positions = (mask.cumsum(-1) - 1).clamp_(min=0)[:, -new:]
+        positions = generate_positions(mask)[:, -new:]
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.bf16):
             out = self.model(
                 input_ids=ids,

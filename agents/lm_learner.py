@@ -35,7 +35,7 @@ from agents import padding_free
 from agents.distributed import DataParallel
 from agents.kl import AdaptiveKLController, FixedKLController, kl_per_token
 from agents.learner import Episode
-from agents.lm_actor import LMActor
+from agents.lm_actor import LMActor, generate_positions
 
 
 def predicting_columns(width: int, T: int, device: torch.device | str | None = None) -> torch.Tensor:
@@ -60,8 +60,8 @@ def response_inputs(
         inputs = dict(input_ids=packed.input_ids, attention_mask=None, position_ids=packed.position_ids,
                       logits_to_keep=packed.logits_to_keep, packed=packed)  # fmt: skip
         return inputs, packed.unpack
-    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, logits_to_keep=keep)
+    inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=generate_positions(attention_mask),
+                  logits_to_keep=keep)  # fmt: skip
     return inputs, _as_is
 
 

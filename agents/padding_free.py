@@ -52,9 +52,11 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import AttentionInterface, AttentionMaskInterface, PreTrainedModel
+from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
+
+from cory_env.models import hugging_face_model
 
 #: The attention implementation's name (it contains "sdpa", so Hugging Face checks it as sdpa).
 ATTENTION = "padding_free_sdpa"
@@ -211,16 +213,11 @@ AttentionInterface.register(ATTENTION, attention)
 AttentionMaskInterface.register(ATTENTION, sdpa_mask)  # the masks of unpacked calls (decoding) are sdpa's
 
 
-def _hf_model(model: nn.Module) -> PreTrainedModel | None:
-    """The outermost Hugging Face model inside ``model`` (itself, or under a value head, peft, an adapter view)."""
-    return next((m for m in model.modules() if isinstance(m, PreTrainedModel)), None)
-
-
 def enable(model: nn.Module) -> bool:
     """Switch the Hugging Face model inside ``model`` from sdpa to :data:`ATTENTION` (the same
     kernel); return whether its passes can now be padding-free. Other attention implementations
     are left as they are (``False``)."""
-    hf = _hf_model(model)
+    hf = hugging_face_model(model)
     if hf is None:
         return False
     if hf.config._attn_implementation == "sdpa":
@@ -230,5 +227,5 @@ def enable(model: nn.Module) -> bool:
 
 def is_enabled(model: nn.Module) -> bool:
     """Whether ``model``'s forward passes can be padding-free (:func:`enable` was applied)."""
-    hf = _hf_model(model)
+    hf = hugging_face_model(model)
     return hf is not None and hf.config._attn_implementation == ATTENTION

@@ -46,7 +46,7 @@ from agents.plots import plot_run
 from agents.ppo import PPOConfig, PPOLearner
 from agents.value_model import CausalLMWithValueHead
 from cory_env import CollectiveRewardWrapper, RoleExchangeWrapper, env
-from cory_env.models import EMBEDDED_MODEL, load_causal_lm, load_tokenizer
+from cory_env.models import EMBEDDED_MODEL, hugging_face_model, load_causal_lm, load_tokenizer
 from cory_env.prompts import PromptSource, repeat_each
 from cory_env.rewards import get_reward
 from cory_env.rewards.base import RewardFunction
@@ -402,7 +402,6 @@ class Trainer:
                 on_device.setdefault(device, copy.deepcopy(base).to(device))
             lms = {n: copy.deepcopy(on_device[devices[n]]).requires_grad_(True) for n in names}
             _checkpoint_activations(config, *lms.values())
-            self._layers_of = lms  # where --gradient-checkpointing-observer switches recomputation on
             references = {n: on_device[devices[n]] for n in names}
             return references, lms
         from peft import LoraConfig
@@ -414,7 +413,6 @@ class Trainer:
             target_modules=_target_modules(config.lora_target_modules), task_type="CAUSAL_LM",
         )  # fmt: skip
         _checkpoint_activations(config, base)
-        self._layers_of = dict.fromkeys(names, base)
         shared = shared_lora_model(base, names, lora)
         return dict.fromkeys(names, AdapterView(shared, None)), {n: AdapterView(shared, n) for n in names}
 
@@ -533,11 +531,12 @@ class Trainer:
         if not (c.gradient_checkpointing_observer and role == "observer") or c.gradient_checkpointing:
             yield
             return
-        _recompute_activations(self._layers_of[name], True)
+        layers = hugging_face_model(self.learners[name].model)  # under LoRA: the shared base
+        _recompute_activations(layers, True)
         try:
             yield
         finally:
-            _recompute_activations(self._layers_of[name], False)
+            _recompute_activations(layers, False)
 
     def train(self, progress: bool = True) -> Path:
         """Run (or resume) to ``config.iterations``; returns the output folder.

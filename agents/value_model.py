@@ -12,6 +12,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from agents.lm_actor import generate_positions
+
 
 class CausalLMWithValueHead(nn.Module):
     """Wraps a Hugging Face causal LM (``lm``) and adds ``v_head``.
@@ -54,7 +56,7 @@ class CausalLMWithValueHead(nn.Module):
         :mod:`agents.padding_free`).
         """
         if position_ids is None:
-            position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+            position_ids = generate_positions(attention_mask)
         out = self.lm(
             input_ids=input_ids,
             attention_mask=attention_mask,

@@ -290,3 +290,11 @@ def load_causal_lm(
     if device is not None:
         model = model.to(device)
     return model
+
+
+def hugging_face_model(module: torch.nn.Module) -> Any:
+    """The outermost Hugging Face model (``PreTrainedModel``) inside ``module``: itself, or the
+    model under a value head, a peft wrapper or an adapter view; ``None`` if there is none."""
+    from transformers import PreTrainedModel
+
+    return next((m for m in module.modules() if isinstance(m, PreTrainedModel)), None)

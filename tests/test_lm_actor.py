@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agents.lm_actor import sample_categorical
+from agents.lm_actor import generate_positions, sample_categorical
 
 
 def test_samples_follow_each_rows_distribution():
@@ -39,3 +39,18 @@ def test_a_row_that_is_not_a_distribution_is_named():
         probs = torch.tensor([[0.5, 0.5], [bad, 0.0 if bad == 0.0 else 1.0]])
         with pytest.raises(ValueError, match="row 1 are not a distribution.*--lr"):
             sample_categorical(probs, torch.Generator().manual_seed(0))
+
+
+def test_generate_positions_are_those_generate_gives_real_tokens():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=20, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1)  # fmt: skip
+    ids = torch.randint(3, 18, (3, 7))
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0
+    mask[1, :1] = 0
+    theirs = LlamaForCausalLM(config)._prepare_position_ids_for_generation(ids, {"attention_mask": mask})
+    ours = generate_positions(mask)
+    assert torch.equal(ours, theirs)
+    assert ours.tolist()[0] == [0, 0, 0, 0, 1, 2, 3]
