@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -12,10 +11,11 @@ import torch
 from agents.advantages import whiten
 from agents.distributed import DataParallel, fingerprint
 
+from .two_processes import join_two_processes
+
 
 def collectives_worker(rank: int, port: int, results: str) -> None:
-    os.environ.update(WORLD_SIZE="2", RANK=str(rank), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port), CUDA_VISIBLE_DEVICES="")  # fmt: skip
+    join_two_processes(rank, port)
     dp = DataParallel.from_environment()
     out: dict = {"index": dp.process_index, "n": dp.num_processes, "main": dp.is_main_process, "seed": dp.seed(7)}
     out["gather"] = dp.gather(np.array([rank, 10 + rank], dtype=np.float64)).tolist()

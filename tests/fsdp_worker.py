@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from agents.fsdp import is_sharded
@@ -12,6 +11,7 @@ from agents.trainer import LEARNERS, TrainConfig, Trainer, _trainable_parameters
 from agents.value_model import CausalLMWithValueHead
 
 from .toy import fraction_good
+from .two_processes import join_two_processes, one_iteration
 
 
 def unsharded_head_learner(config, *, policy, reference, seed, sampling, device, data_parallel=None):
@@ -21,14 +21,8 @@ def unsharded_head_learner(config, *, policy, reference, seed, sampling, device,
 
 
 def fsdp_worker(rank: int, port: int, model: str, results: str) -> None:
-    os.environ.update(WORLD_SIZE="2", RANK=str(rank), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port), CUDA_VISIBLE_DEVICES="", ACCELERATE_USE_FSDP="true",
-                      FSDP_VERSION="2")  # fmt: skip
-    config = TrainConfig(model=model, iterations=1, batch_size=4, mini_batch_size=2, ppo_epochs=1, lr=1e-2,
-                         min_new_tokens=3, max_new_tokens=4, out=str(Path(results) / "run"), tensorboard=False,
-                         context_length=48)  # fmt: skip
-    trainer = Trainer(config, prompts=["the movie was", "the plot is"], reward_fn=fraction_good)
-    trainer.run_iteration()
+    join_two_processes(rank, port, ACCELERATE_USE_FSDP="true", FSDP_VERSION="2")
+    trainer = one_iteration(model, results)
     out: dict = {}
     for name, learner in trainer.learners.items():
         params = _trainable_parameters(learner)
@@ -44,7 +38,7 @@ def fsdp_worker(rank: int, port: int, model: str, results: str) -> None:
                             whole=sum(p.numel() for p in reference.parameters()))  # fmt: skip
     LEARNERS["unsharded_head"] = unsharded_head_learner
     try:
-        plug_in = TrainConfig(**{**config.__dict__, "learner": "unsharded_head"})
+        plug_in = TrainConfig(**{**trainer.config.__dict__, "learner": "unsharded_head"})
         Trainer(plug_in, prompts=["a b"], reward_fn=fraction_good)
         out["unsharded_error"] = None
     except ValueError as exc:
