@@ -28,6 +28,8 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
+from agents import padding_free
+
 
 @dataclass
 class StepOutput:
@@ -161,6 +163,11 @@ class LMActor:
         device = self.device
         ids = torch.tensor(np.atleast_2d(observation["input_ids"])[:, -new:], device=device)
         mask = torch.tensor(np.atleast_2d(observation["attention_mask"])[:, -(past + new) :], device=device)
+        if past == 0 and padding_free.is_enabled(self.model):
+            packed = padding_free.PackedBatch.pack(ids, mask, keep=torch.tensor([new - 1], device=device))
+            if packed is not None:
+                self._cached_length[agent] = new
+                return self._prefill_packed(packed, mask, self._caches[agent])
         positions = generate_positions(mask)[:, -new:]
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.bf16):
             out = self.model(
@@ -173,3 +180,23 @@ class LMActor:
             )
         self._cached_length[agent] = past + new
         return out.logits[:, -1, :].float()
+
+    def _prefill_packed(self, packed: padding_free.PackedBatch, mask: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
+        """Prefill the prompts padding-free (:mod:`agents.padding_free`: each context's real tokens
+        only, and the tokens contexts start with in common, such as a template's head or a GRPO
+        group's prompt, once), then lay the cache out as a padded prefill leaves it, so the
+        token steps that follow run as usual. Returns the next-token logits ``(B, V)``."""
+        device = mask.device
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            out = self.model(
+                input_ids=packed.input_ids,
+                attention_mask=None,
+                position_ids=packed.position_ids,
+                packed=packed,
+                cache=cache,
+                use_cache=True,
+                logits_to_keep=packed.logits_to_keep,
+            )
+        for layer in cache.layers:
+            layer.keys, layer.values = packed.left_pad(layer.keys, mask), packed.left_pad(layer.values, mask)
+        return packed.unpack(out.logits)[:, -1, :].float()

@@ -31,7 +31,9 @@ unpacking its outputs raises an error that names the fix.
 :func:`enable` switches a model from sdpa to :data:`ATTENTION` (``--no-padding-free`` leaves it
 alone); :func:`~agents.lm_learner.response_logits` and the PPO learner's passes then pack
 whenever :func:`is_enabled` says so and the batch's masks allow (each context's real tokens in
-one run, at least one before the response). Other attention implementations (eager, flash
+one run, at least one before the response). So does :class:`~agents.lm_actor.LMActor` when it
+prefills a turn's prompts: :meth:`PackedBatch.left_pad` then lays the KV cache out as a padded
+prefill leaves it, and the token steps run as before. Other attention implementations (eager, flash
 attention) keep the padded passes.
 
 Example:
@@ -154,6 +156,18 @@ class PackedBatch:
         _, H, _, D = x.shape
         padded = x[0].transpose(0, 1).index_select(0, self.source)
         return padded.view(self.batch_size, self.width, H, D).transpose(1, 2)
+
+    def left_pad(self, x: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """``(1, H, N, D)`` states of the packed row (a KV cache layer's keys or values) in the
+        padded ``(B, H, W, D)`` layout of ``attention_mask``, the layout a padded pass leaves in the
+        cache: each context's states in its real columns. Padding columns get a copy of a real
+        token's states, which the mask hides."""
+        padded = self.pad(x)
+        B, H, L, D = padded.shape
+        W = attention_mask.shape[1]
+        starts = attention_mask.int().argmax(-1)  # the first real column
+        at = (torch.arange(W, device=x.device) - starts[:, None]).clamp(0, L - 1)  # each column's place in the context
+        return padded.gather(2, at[:, None, :, None].expand(B, H, W, D))
 
     def unpad(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, L, H, D)`` attention outputs back to the packed row, ``(1, N, H, D)``."""

@@ -206,6 +206,32 @@ def test_decoding_with_a_kv_cache_is_sdpa_itself():
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("prompts", ["groups", "shared head"])
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_the_actor_prefills_padding_free_and_then_decodes_as_the_padded_prefill_would(arch, prompts):
+    from agents.lm_actor import LMActor
+
+    ids, mask = groups() if prompts == "groups" else batch(shared_head=True)
+    W, B = 6, ids.shape[0]  # prompts: the first 6 columns (left-padded, sharing a head or a whole prompt)
+    plain = tiny(arch)
+    enabled = copy.deepcopy(plain)
+    assert padding_free.enable(enabled)
+    calls = []
+    enabled.register_forward_pre_hook(lambda m, args, kwargs: calls.append("packed" in kwargs), with_kwargs=True)
+    runs = []
+    for lm in (plain, enabled):
+        actor, logits = LMActor(lm, do_sample=False), []
+        for t in range(4):  # the prompt, then 3 token steps
+            width = W + t
+            obs = dict(input_ids=ids[:, :width].numpy(), attention_mask=mask[:, :width].numpy(),
+                       past_length=[0 if t == 0 else width - 1] * B, num_new_tokens=[W if t == 0 else 1] * B)  # fmt: skip
+            logits.append(actor.next_token_logits("llm_0", obs))
+        runs.append(logits)
+    assert calls == [True, False, False, False]  # the prompt packed, the token steps as they were
+    for a, b in zip(*runs):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
 def test_enable_switches_sdpa_only_and_is_not_saved():
     lm = tiny("llama")
     assert padding_free.enable(lm) and padding_free.enable(lm)  # twice: still on
