@@ -33,8 +33,8 @@ alone); :func:`~agents.lm_learner.response_logits` and the PPO learner's passes 
 whenever :func:`is_enabled` says so and the batch's masks allow (each context's real tokens in
 one run, at least one before the response). So does :class:`~agents.lm_actor.LMActor` when it
 prefills a turn's prompts: :meth:`PackedBatch.left_pad` then lays the KV cache out as a padded
-prefill leaves it, and the token steps run as before. Other attention implementations (eager, flash
-attention) keep the padded passes.
+prefill leaves it, and the token steps run as before. Other attention implementations (eager,
+flash attention) keep the padded passes.
 
 Example:
     >>> import torch
@@ -183,8 +183,8 @@ def _first_with_prefix(input_ids: torch.Tensor, starts: torch.Tensor, lengths: t
     Contexts are sorted by their tokens (``torch.unique`` over rows sorts them lexicographically,
     on the device), so that those starting alike are neighbours; for each position, a run of
     neighbours that agree up to it is one set of contexts sharing that prefix, and its smallest
-    index is the first. Exact (no hashing); the batch's order does not matter,
-    so shuffled minibatches still share a GRPO group's prompt.
+    index is the first. Exact (no hashing); the batch's order does not matter, so shuffled
+    minibatches still share a GRPO group's prompt.
     """
     B, W = input_ids.shape
     L = int(lengths.max())
