@@ -11,18 +11,18 @@ real tokens only.
 The tokens a context starts with in common with an earlier context of the batch are in the
 row once. A prompt template's head is such a run in every context (the CORY observer's ``I can
 make this sentence "``, the GSM8K one-shot exemplar); in a GRPO or RLOO batch, which holds
-``group_size`` responses to each prompt, it is the whole prompt for all but the first of a group
-(and any tokens their responses begin with in common), in whatever order a minibatch has them. The hidden states of such tokens are the
-same in each context (same tokens, same positions, causal attention), and their gradient is the
-sum of what each context sends back through them, which autograd adds up from the copies
-attention reads. For the CORY observer at the benchmark's settings that is 5-6 more tokens per
-context.
+``group_size`` responses to each prompt, it is the whole prompt for all but the first of a
+group (and any tokens their responses begin with in common), in whatever order a minibatch
+has them. The hidden states of such tokens are the same in each context (same tokens, same
+positions, causal attention), and their gradient is the sum of what each context sends back
+through them, which autograd adds up from the copies attention reads. For the CORY observer at
+the benchmark's settings that is 5-6 more tokens per context.
 
 Attention alone must keep the contexts apart. :func:`attention`, registered with Hugging Face
 as :data:`ATTENTION`, gathers the queries, keys and values into a right-padded ``(B, L)``
-layout, with the shared tokens copied into every context that has them. There plain causal attention is exact
-(a real token sees the real tokens of its own context before it). It runs sdpa there and
-gathers the result back. Outputs and gradients equal the padded pass's to float rounding.
+layout, with the shared tokens copied into every context that has them. There plain causal
+attention is exact (a real token sees the real tokens of its own context before it). It runs
+sdpa there and gathers the result back. Outputs and gradients equal the padded pass's to float rounding.
 Called without a packed batch it is sdpa itself, so the same model still decodes with its KV
 cache. A model whose attention does not pass the packed batch on would be wrong (Hugging Face
 would mask each context apart by its restarting positions, without the shared tokens), so
@@ -153,26 +153,28 @@ class PackedBatch:
     def pad(self, x: torch.Tensor) -> torch.Tensor:
         """``(1, H, N, D)`` heads of the packed row as ``(B, H, L, D)``, each context right-padded
         (shared tokens copied into every context that has them)."""
-        _, H, _, D = x.shape
-        padded = x[0].transpose(0, 1).index_select(0, self.source)
-        return padded.view(self.batch_size, self.width, H, D).transpose(1, 2)
+        return self._take(x, self.source.view(self.batch_size, self.width))
 
     def left_pad(self, x: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """``(1, H, N, D)`` states of the packed row (a KV cache layer's keys or values) in the
         padded ``(B, H, W, D)`` layout of ``attention_mask``, the layout a padded pass leaves in the
         cache: each context's states in its real columns. Padding columns get a copy of a real
         token's states, which the mask hides."""
-        padded = self.pad(x)
-        B, H, L, D = padded.shape
-        W = attention_mask.shape[1]
         starts = attention_mask.int().argmax(-1)  # the first real column
-        at = (torch.arange(W, device=x.device) - starts[:, None]).clamp(0, L - 1)  # each column's place in the context
-        return padded.gather(2, at[:, None, :, None].expand(B, H, W, D))
+        columns = torch.arange(attention_mask.shape[1], device=x.device)
+        at = (columns - starts[:, None]).clamp(0, self.width - 1)  # each column's place in its context
+        return self._take(x, self.source.view(self.batch_size, self.width).gather(1, at))
+
+    @staticmethod
+    def _take(x: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """``(1, H, N, D)`` heads of the packed row at the row's tokens ``tokens`` ``(B, M)``: ``(B, H, M, D)``."""
+        _, H, _, D = x.shape
+        B, M = tokens.shape
+        return x[0].transpose(0, 1).index_select(0, tokens.reshape(-1)).view(B, M, H, D).transpose(1, 2)
 
     def unpad(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, L, H, D)`` attention outputs back to the packed row, ``(1, N, H, D)``."""
         return x.reshape(self.batch_size * self.width, *x.shape[2:]).index_select(0, self.index)[None]
-
 
 
 def _first_with_prefix(input_ids: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

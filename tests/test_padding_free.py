@@ -98,7 +98,7 @@ def groups() -> tuple[torch.Tensor, torch.Tensor]:
     return ids, mask
 
 
-def test_contexts_share_what_they_start_with_in_common_with_the_one_before():
+def test_contexts_share_what_they_start_with_in_common_with_an_earlier_one():
     ids, mask = groups()
     packed = PackedBatch.pack(ids, mask, predicting_columns(10, T))
     assert packed.shared.tolist() == [0, 5, 3, 6]  # a prompt and a first response token; the head; a prompt
