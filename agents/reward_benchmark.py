@@ -43,7 +43,7 @@ from agents.checkpoint import latest_checkpoint
 from agents.evaluation import EvalConfig, evaluate, fmt, load_reward, markdown_table, write_json
 from agents.metrics import read_metrics
 from agents.plots import learner_columns, plot_comparison
-from agents.trainer import ALGOS, TrainConfig, Trainer, apply_preset
+from agents.trainer import ALGOS, TrainConfig, Trainer, apply_preset, changed_settings
 
 #: TrainConfig fields the benchmark sets for each run itself.
 PER_RUN = ("algo", "seed", "out", "resume", "overwrite")
@@ -140,9 +140,7 @@ def _prepare(out: Path, train: TrainConfig, bench: BenchmarkConfig) -> None:
         elif saved_path.exists():
             saved = json.loads(saved_path.read_text())["train"]
             now = _settings(train, bench)["train"]
-            changed = [k for k in sorted(set(saved) | set(now)) if k not in MAY_CHANGE and saved.get(k) != now.get(k)]
-            if changed:
-                diff = ", ".join(f"--{k.replace('_', '-')} {saved.get(k)!r} -> {now.get(k)!r}" for k in changed)
+            if diff := changed_settings(saved, now, MAY_CHANGE):
                 raise ValueError(
                     f"{out} holds a benchmark with other training settings ({diff}): rerun with its settings "
                     f"(see {saved_path}), or use another --out or --overwrite"

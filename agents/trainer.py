@@ -19,10 +19,11 @@ import contextlib
 import copy
 import dataclasses
 import json
+import logging
 import random
 import shutil
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from tqdm.auto import tqdm
 from trl.trainer.utils import disable_dropout_in_model
 
 from agents import padding_free
-from agents.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from agents.checkpoint import checkpoint_dir, latest_checkpoint, load_checkpoint, save_checkpoint
 from agents.cpu_linear import use_cpu_linear
 from agents.distributed import DataParallel, fingerprint
 from agents.fsdp import full_state, is_sharded, shard_state
@@ -51,6 +52,8 @@ from cory_env.prompts import PromptSource, repeat_each
 from cory_env.rewards import get_reward
 from cory_env.rewards.base import RewardFunction
 from cory_env.tasks import TASKS, Task, custom_task, get_task
+
+logger = logging.getLogger(__name__)
 
 ALGOS = ("cory", "ppo")
 ROLE_IDS = {"pioneer": 0, "observer": 1}
@@ -560,20 +563,26 @@ class Trainer:
                 shutil.rmtree(checkpoint.parent)
             checkpoint = None
         if checkpoint is not None:
-            self.load_state_dict(load_checkpoint(checkpoint))  # every process loads the same file
-        logger = MetricsLogger(self.out, tensorboard=c.tensorboard, resume=checkpoint is not None) if main else None
-        if checkpoint is not None and logger is not None:
-            logger.truncate(self.iteration - 1)
+            state = load_checkpoint(checkpoint)  # every process loads the same file
+            check_resumable(state.get("config", {}), dataclasses.asdict(c), self.out)
+            self.load_state_dict(state)
+            if main:
+                logger.info("resuming %s from %s: iteration %d of %d", self.out, checkpoint.name, self.iteration, c.iterations)
+        elif c.resume and main:
+            logger.warning("--resume: no checkpoint in %s yet, so the run starts at iteration 0", checkpoint_dir(self.out))
+        records = MetricsLogger(self.out, tensorboard=c.tensorboard, resume=checkpoint is not None) if main else None
+        if checkpoint is not None and records is not None:
+            records.truncate(self.iteration - 1)
         if main:
             (self.out / "config.json").write_text(json.dumps(dataclasses.asdict(c), indent=2))
         bar = tqdm(total=c.iterations, initial=self.iteration, disable=not (progress and main), desc=c.algo, unit="it")
-        with logger if logger is not None else contextlib.nullcontext():
+        with records if records is not None else contextlib.nullcontext():
             while self.iteration < c.iterations:
                 it = self.iteration
                 metrics, samples = self.run_iteration()
-                if logger is not None:
-                    logger.log(it, metrics)
-                    logger.log_samples(it, samples)
+                if records is not None:
+                    records.log(it, metrics)
+                    records.log_samples(it, samples)
                 bar.set_postfix(_postfix(metrics), refresh=False)
                 bar.update(1)
                 if self.iteration % c.checkpoint_every == 0 or self.iteration == c.iterations:
@@ -585,6 +594,32 @@ class Trainer:
             plot_run(self.out)
         dp.wait_for_everyone()
         return self.out
+
+
+#: Settings a resumed run may change: how far it runs, what it writes, and how it computes the
+#: same numbers (memory and speed switches). Any other change would not continue the same run.
+RESUMABLE_CHANGES = frozenset({
+    "iterations", "out", "resume", "overwrite", "checkpoint_every", "samples_per_iteration", "tensorboard",
+    "retain_freed_memory", "cpu_linear", "padding_free", "gradient_checkpointing", "gradient_checkpointing_observer",
+})  # fmt: skip
+
+
+def changed_settings(saved: dict[str, Any], current: dict[str, Any], may_change: Iterable[str] = ()) -> str:
+    """The settings (:class:`TrainConfig` fields) in which ``current`` differs from ``saved``, other
+    than ``may_change``, written as flags: ``"--lr 0.01 -> 0.001, ..."``; empty if there are none.
+    Settings one side does not know (written by another version) are not compared."""
+    changed = sorted(k for k in (saved.keys() & current.keys()) - set(may_change) if saved[k] != current[k])
+    return ", ".join(f"--{k.replace('_', '-')} {saved[k]!r} -> {current[k]!r}" for k in changed)
+
+
+def check_resumable(saved: dict[str, Any], current: dict[str, Any], out: str | Path = "") -> None:
+    """Raise a ValueError naming every setting (after presets and task defaults) in which a resumed
+    run differs from the run that wrote its checkpoint, other than :data:`RESUMABLE_CHANGES`."""
+    if diffs := changed_settings(saved, current, RESUMABLE_CHANGES):
+        raise ValueError(
+            f"--resume: the checkpoint in {out} was written by a run with other settings ({diffs}). Resume with "
+            f"that run's settings ({Path(out) / 'config.json'}), or start a new run: another --out, or --overwrite"
+        )
 
 
 def _checkpoint_activations(config: TrainConfig, *models: torch.nn.Module) -> None:

@@ -21,6 +21,7 @@ kl.png, combined_reward.png, config.json, and checkpoints/.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 from transformers import HfArgumentParser
@@ -39,6 +40,12 @@ def build_parser() -> HfArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     (config,) = build_parser().parse_args_into_dataclasses(args=argv)
+    # The package's own messages (data source used, resuming, ...) on stderr, above the progress bar.
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    for name in ("agents", "cory_env"):
+        logging.getLogger(name).setLevel(logging.INFO)
+        logging.getLogger(name).addHandler(handler)
     trainer = Trainer(config)
     out = trainer.train()
     if not trainer.data_parallel.is_main_process:

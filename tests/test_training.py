@@ -162,6 +162,19 @@ def test_a_new_run_does_not_silently_replace_an_old_one(toy_model, tmp_path):
     Trainer(again, prompts=PROMPTS, reward_fn=fraction_good).train(progress=False)
 
 
+def test_resume_continues_further_but_refuses_other_settings(toy_model, tmp_path, caplog):
+    first = toy_config(toy_model, tmp_path, algo="ppo", iterations=1, resume=True)
+    with caplog.at_level("WARNING", logger="agents.trainer"):
+        Trainer(first, prompts=PROMPTS, reward_fn=fraction_good).train(progress=False)
+    assert "no checkpoint" in caplog.text and "iteration 0" in caplog.text
+    other = toy_config(toy_model, tmp_path, algo="ppo", iterations=2, resume=True, lr=1e-3, kl_coef=0.1)
+    with pytest.raises(ValueError, match=r"--kl-coef 0.05 -> 0.1, --lr 0.01 -> 0.001.*config.json.*--overwrite"):
+        Trainer(other, prompts=PROMPTS, reward_fn=fraction_good).train(progress=False)
+    further = toy_config(toy_model, tmp_path, algo="ppo", iterations=2, resume=True, checkpoint_every=1)
+    Trainer(further, prompts=PROMPTS, reward_fn=fraction_good).train(progress=False)
+    assert pd.read_csv(tmp_path / "metrics.csv")["iteration"].tolist() == [0, 1]
+
+
 def test_lora_shared_base_learns_and_keeps_one_copy_of_the_weights(toy_model, tmp_path):
     # A 32-wide toy model shifts its output mostly through lm_head, so it gets an adapter too.
     modules = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj,lm_head"
