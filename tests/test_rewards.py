@@ -18,6 +18,7 @@ from cory_env.rewards import (
     available_rewards,
     get_reward,
     register,
+    score_responses,
     unregister,
 )
 from cory_env.rewards.classifier import ClassifierReward, NoPositiveLabelError
@@ -246,6 +247,26 @@ def test_broken_rewards_fail_naming_the_reward_and_item(bad, problem):
         assert "test_broken" in str(err.value) and problem in str(err.value)
     finally:
         unregister("test_broken")
+
+
+def one_argument(texts):
+    return [1.0] * len(texts)
+
+
+@pytest.mark.parametrize(
+    "fn, metadata, problem",
+    [
+        (one_argument, None, "cannot be called as fn(queries, responses): too many positional arguments"),
+        (lambda q, r: [1.0] * len(r), {"answer": ["1", "2"]}, "unexpected keyword argument 'answer'"),
+        (lambda q, r, **_: len(None), None, "raised TypeError: object of type 'NoneType' has no len()"),
+    ],
+)
+def test_a_reward_that_cannot_take_the_call_is_told_the_signature(fn, metadata, problem):
+    with pytest.raises(RewardFunctionError) as err:
+        score_responses(fn, ["q0", "q1"], ["r0", "r1"], metadata)
+    assert problem in str(err.value)
+    # The hint only where the signature is the problem, not for a TypeError inside the function.
+    assert ("(queries, responses, **metadata) -> list[float]" in str(err.value)) == ("raised" not in problem)
 
 
 def test_checked_reward_errors_are_not_wrapped_twice_by_the_environment(make_env):

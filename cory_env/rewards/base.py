@@ -10,6 +10,7 @@ A reward function scores a batch of complete responses::
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -54,6 +55,12 @@ def score_responses(
     except RewardFunctionError:
         raise
     except Exception as exc:
+        if isinstance(exc, TypeError) and (mismatch := _signature_mismatch(fn, queries, responses, metadata)):
+            keys = "".join(f", {k}=[...]" for k in metadata or {})
+            raise RewardFunctionError(
+                f"reward function {name} cannot be called as fn(queries, responses{keys}): {mismatch}. "
+                f"Define it as def {_def_name(fn)}(queries, responses, **metadata) -> list[float]"
+            ) from exc
         raise RewardFunctionError(
             f"reward function {name} raised {type(exc).__name__}: {exc} "
             f"(while scoring {len(responses)} responses; first query {queries[0] if queries else None!r})"
@@ -79,3 +86,19 @@ def score_responses(
             f"{bad.size} of {len(responses)} scores are NaN or infinite."
         )
     return scores
+
+
+def _signature_mismatch(fn: Any, queries: list[str], responses: list[str], metadata: Mapping[str, Any] | None) -> str:
+    """Why ``fn``'s signature does not take the reward call's arguments; empty if it does (or is unknown)."""
+    try:
+        inspect.signature(fn).bind(queries, responses, **(metadata or {}))
+    except TypeError as exc:
+        return str(exc)
+    except ValueError:  # no signature to inspect (some builtins)
+        pass
+    return ""
+
+
+def _def_name(fn: Any) -> str:
+    name = getattr(fn, "__name__", "")
+    return name if name.isidentifier() else "my_reward"
