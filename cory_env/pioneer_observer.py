@@ -506,9 +506,20 @@ def _frozen(a: np.ndarray) -> np.ndarray:
     return a
 
 
+class OrderEnforcingWrapper(wrappers.OrderEnforcingWrapper):
+    """PettingZoo's order enforcing, except that a step after the episode ended raises (as the
+    environment itself does) instead of logging a warning and doing nothing: a loop that steps a
+    finished episode has a bug, and a warning lets it run on and train on nothing."""
+
+    def step(self, action: Any) -> None:
+        if self._has_reset and not self.agents:
+            self.env.step(action)  # RuntimeError: the episode is over, call reset()
+        super().step(action)
+
+
 def env(**kwargs: Any) -> AECEnv:
-    """The environment with PettingZoo's order-enforcing wrapper (the usual entry point)."""
-    return wrappers.OrderEnforcingWrapper(PioneerObserverEnv(**kwargs))
+    """The environment with order enforcing (the usual entry point): :class:`OrderEnforcingWrapper`."""
+    return OrderEnforcingWrapper(PioneerObserverEnv(**kwargs))
 
 
 def parallel_env(**kwargs: Any) -> ParallelEnv:

@@ -236,8 +236,9 @@ def test_action_for_a_finished_agent_and_step_after_the_end(make_env):
     env.step(None)
     env.step(None)
     assert env.agents == []
-    with pytest.raises(RuntimeError, match="episode is over.*reset"):
-        env.unwrapped.step(11)
+    for stepped in (env, env.unwrapped):  # PettingZoo's order enforcing would only warn
+        with pytest.raises(RuntimeError, match="episode is over.*reset"):
+            stepped.step(11)
 
 
 def test_prompt_longer_than_the_context(make_env):
