@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 
 from agents.checkpoint import latest_checkpoint, load_checkpoint
 from agents.ppo import Episode, PPOLearner
-from agents.trainer import TrainConfig, Trainer, build_task, prompt_source_name, with_task_defaults
+from agents.trainer import TrainConfig, Trainer, build_task, prompt_source_name, resolve_device, with_task_defaults
 from cory_env import env
 from cory_env.prompts import Prompt, PromptSource
 from cory_env.rewards import get_reward
@@ -380,8 +380,7 @@ def evaluate_learners(
 
 def evaluate(config: EvalConfig, *, progress: bool = True, write: bool = True) -> dict[str, Any]:
     """Load the policy, answer the held-out prompts, and (``write``) save the JSON; returns the result."""
-    auto = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(auto if config.device == "auto" else config.device)
+    device = resolve_device(config.device)
     if config.checkpoint:
         path = find_checkpoint(config.checkpoint)
         state = load_checkpoint(path)

@@ -20,6 +20,7 @@ import copy
 import dataclasses
 import json
 import logging
+import os
 import random
 import shutil
 import time
@@ -342,9 +343,7 @@ class Trainer:
                 )
             return dp.device, dict.fromkeys(names, dp.device)
         if not config.learner_devices:
-            device = torch.device(
-                ("cuda" if torch.cuda.is_available() else "cpu") if config.device == "auto" else config.device
-            )
+            device = resolve_device(config.device)
             return device, dict.fromkeys(names, device)
         specs = [s.strip() for s in config.learner_devices.split(",") if s.strip()]
         if len(specs) != len(names):
@@ -357,9 +356,7 @@ class Trainer:
         except RuntimeError as exc:
             raise ValueError(f"--learner-devices {config.learner_devices!r}: {exc}") from exc
         for d in devices:
-            if d.type == "cuda" and (not torch.cuda.is_available() or (d.index or 0) >= torch.cuda.device_count()):
-                count = torch.cuda.device_count()
-                raise ValueError(f"--learner-devices: {d} is not available (torch sees {count} GPUs)")
+            _check_available(d, "--learner-devices")
         if config.lora and len(set(devices)) > 1:
             raise ValueError("--learner-devices with different devices needs full fine-tuning: --lora shares one base")
         if config.device != "auto":
@@ -620,6 +617,30 @@ def check_resumable(saved: dict[str, Any], current: dict[str, Any], out: str | P
             f"--resume: the checkpoint in {out} was written by a run with other settings ({diffs}). Resume with "
             f"that run's settings ({Path(out) / 'config.json'}), or start a new run: another --out, or --overwrite"
         )
+
+
+def resolve_device(spec: str) -> torch.device:
+    """``--device``: ``auto`` (CUDA when torch sees a GPU, else the CPU), or a device this torch can
+    use; anything else fails with a ValueError saying why."""
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(spec)
+    except RuntimeError as exc:
+        raise ValueError(f"--device {spec!r}: {exc} (give cpu, cuda, cuda:N or auto)") from exc
+    _check_available(device, "--device")
+    return device
+
+
+def _check_available(device: torch.device, flag: str) -> None:
+    """A CUDA ``device`` that this torch cannot use fails here, naming ``flag`` and what torch sees."""
+    if device.type != "cuda" or (torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count()):
+        return
+    if torch.version.cuda is None:
+        why = f"this PyTorch ({torch.__version__}) is a CPU build: install a CUDA build (https://pytorch.org/get-started)"
+    else:
+        why = f"torch sees {torch.cuda.device_count()} GPU(s) (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
+    raise ValueError(f"{flag}: {device} is not available: {why}; or run on the CPU")
 
 
 def _checkpoint_activations(config: TrainConfig, *models: torch.nn.Module) -> None:

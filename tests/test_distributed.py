@@ -130,9 +130,11 @@ def test_learner_devices_place_each_learner(toy_model, tmp_path):
         (dict(learner_devices="cpu,gpu7"), "--learner-devices 'cpu,gpu7'"),
         (dict(learner_devices="cpu,cuda:9"), "cuda:9 is not available"),
         (dict(learner_devices="cpu,cpu", device="cpu"), "either --device or --learner-devices"),
+        (dict(device="cuda:9"), "--device: cuda:9 is not available: .*(CPU build|GPU)"),
+        (dict(device="gpu"), "--device 'gpu'.*give cpu, cuda, cuda:N or auto"),
     ],
 )
-def test_bad_learner_devices_are_refused(toy_model, tmp_path, kw, message):
+def test_bad_devices_are_refused(toy_model, tmp_path, kw, message):
     with pytest.raises(ValueError, match=message):
         Trainer(toy_config(toy_model, tmp_path, **kw), prompts=PROMPTS, reward_fn=fraction_good)
 
