@@ -175,6 +175,14 @@ def test_resume_continues_further_but_refuses_other_settings(toy_model, tmp_path
     assert pd.read_csv(tmp_path / "metrics.csv")["iteration"].tolist() == [0, 1]
 
 
+@pytest.mark.parametrize("bf16", [False, True])
+def test_bf16_warns_on_a_cpu_without_bfloat16_arithmetic(toy_model, tmp_path, caplog, bf16):
+    with caplog.at_level("WARNING", logger="agents.trainer"):
+        Trainer(toy_config(toy_model, tmp_path, algo="ppo", bf16=bf16), prompts=PROMPTS, reward_fn=fraction_good)
+    native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    assert ("no bfloat16 arithmetic" in caplog.text) == (bf16 and not native)
+
+
 def test_lora_shared_base_learns_and_keeps_one_copy_of_the_weights(toy_model, tmp_path):
     # A 32-wide toy model shifts its output mostly through lm_head, so it gets an adapter too.
     modules = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj,lm_head"
