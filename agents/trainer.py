@@ -38,6 +38,7 @@ from agents import padding_free
 from agents.checkpoint import checkpoint_dir, latest_checkpoint, load_checkpoint, save_checkpoint
 from agents.cpu_linear import use_cpu_linear
 from agents.distributed import DataParallel, fingerprint
+from agents.export import MODEL_DIR, save_policies
 from agents.fsdp import full_state, is_sharded, shard_state
 from agents.grpo import GRPOConfig, GRPOLearner
 from agents.host_memory import retain_freed_memory
@@ -148,6 +149,7 @@ class TrainConfig:
     checkpoint_every: int = _f(10, "save a checkpoint every N iterations (and at the end)")
     samples_per_iteration: int = _f(4, "sample generations per learner written to samples.jsonl")
     tensorboard: bool = _f(True, "also log to TensorBoard in --out")
+    save_model: bool = _f(True, "at the end, write each learner's policy as a Hugging Face model to --out/model/<learner> (with --lora: its PEFT adapter), tokenizer included")
     lora: bool = _f(False, "train LoRA adapters on one shared frozen base (the reference is the base itself)")
     lora_r: int = _f(16, "LoRA rank")
     lora_alpha: int = _f(32, "LoRA alpha")
@@ -289,7 +291,8 @@ class Trainer:
             prompts = self.task.prompts(tokenizer, split="train", seed=config.seed, source=prompt_source_name(config))
         reward = get_reward(reward_fn if reward_fn is not None else config.reward, self.device)
         references, policies = self._build_models(config, names, learner_devices)
-        self._policies = list(policies.values())  # what the learners act with (gathered whole for a rollout)
+        self.policies = policies  # what the learners act with (gathered whole for a rollout), by learner
+        self.tokenizer = tokenizer
         sampling = dict(do_sample=True, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)
         self.learners: dict[str, Learner] = {}
         for i, name in enumerate(names):
@@ -492,7 +495,7 @@ class Trainer:
         """Play one batched episode; return each learner's episode and final info."""
         self.game.reset(seed=self.data_parallel.seed(self.config.seed) if self.iteration == 0 else None)
         finals = {}
-        with self.data_parallel.gathered(self._policies):  # FSDP: whole weights while acting
+        with self.data_parallel.gathered(self.policies.values()):  # FSDP: whole weights while acting
             for agent in self.game.agent_iter():
                 obs, reward, term, trunc, info = self.game.last()
                 if term or trunc:
@@ -593,14 +596,24 @@ class Trainer:
         bar.close()
         if main:
             plot_run(self.out)
+        if c.save_model:
+            self.save_model()
         dp.wait_for_everyone()
         return self.out
+
+    def save_model(self, folder: str | Path | None = None) -> dict[str, Path]:
+        """Write each learner's policy as a Hugging Face model to ``folder/<learner>`` (default
+        ``--out/model``): :func:`agents.export.save_policies`. In a data-parallel run every process
+        calls it (under FSDP it gathers the weights); only the main one writes. Returns the paths."""
+        folder = self.out / MODEL_DIR if folder is None else Path(folder)
+        dp = self.data_parallel
+        return save_policies(self.policies, self.tokenizer, folder, sharded=dp.sharded, main=dp.is_main_process)
 
 
 #: Settings a resumed run may change: how far it runs, what it writes, and how it computes the
 #: same numbers (memory and speed switches). Any other change would not continue the same run.
 RESUMABLE_CHANGES = frozenset({
-    "iterations", "out", "resume", "overwrite", "checkpoint_every", "samples_per_iteration", "tensorboard",
+    "iterations", "out", "resume", "overwrite", "checkpoint_every", "samples_per_iteration", "tensorboard", "save_model",
     "retain_freed_memory", "cpu_linear", "padding_free", "gradient_checkpointing", "gradient_checkpointing_observer",
 })  # fmt: skip
 

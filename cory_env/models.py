@@ -176,7 +176,7 @@ def _ensure_embedded_model() -> Path:
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             }
             (tmp / _MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
-            _apply_umask(tmp)  # mkdtemp makes the folder private (0700)
+            apply_umask(tmp)  # mkdtemp makes the folder private (0700)
             if final.exists():  # an unfinished folder (no marker): never trust it
                 shutil.rmtree(final)
             os.replace(tmp, final)
@@ -187,13 +187,16 @@ def _ensure_embedded_model() -> Path:
     return final
 
 
-def _apply_umask(folder: Path) -> None:
-    """Give ``folder`` and its files the permissions a plain mkdir/open would have."""
+def apply_umask(folder: Path) -> None:
+    """Give ``folder``, its subfolders and their files the permissions a plain mkdir/open would
+    have (``tempfile.mkdtemp`` makes a folder private, 0700, and some writers make files 0600)."""
     umask = os.umask(0)
     os.umask(umask)
     folder.chmod(0o777 & ~umask)
     for item in folder.iterdir():
-        if item.is_file():
+        if item.is_dir():
+            apply_umask(item)
+        elif item.is_file():
             item.chmod(0o666 & ~umask)
 
 

@@ -15,7 +15,8 @@ On several GPUs (data parallel: each process plays --batch-size conversations), 
     accelerate launch --config_file examples/accelerate/multi_gpu.yaml examples/train_cory.py --out runs/cory
 
 Writes to --out: metrics.csv (+ TensorBoard events), samples.jsonl, task_reward.png,
-kl.png, combined_reward.png, config.json, and checkpoints/.
+kl.png, combined_reward.png, config.json, checkpoints/, and model/<learner>/ (each trained policy
+as a Hugging Face model, from_pretrained-ready; examples/export_model.py writes it from a checkpoint).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import sys
 
 from transformers import HfArgumentParser
 
+from agents.export import MODEL_DIR
 from agents.trainer import TrainConfig, Trainer
 
 
@@ -53,6 +55,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\nmetrics: {out / 'metrics.csv'}  samples: {out / 'samples.jsonl'}")
     print(f"plots:   {out / 'task_reward.png'}, {out / 'kl.png'}, {out / 'combined_reward.png'}")
     print(f"checkpoints: {out / 'checkpoints'} (resume with --resume --out {out})")
+    if trainer.config.save_model:
+        models = ", ".join(str(out / MODEL_DIR / name) for name in trainer.learners)
+        kind = "PeftModel.from_pretrained(base, path)" if trainer.config.lora else "AutoModelForCausalLM.from_pretrained(path)"
+        print(f"models:  {models} ({kind})")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import torch
 import torch.multiprocessing as mp
+from safetensors.torch import load_file
 from transformers import HfArgumentParser
 
 from agents.checkpoint import latest_checkpoint, load_checkpoint
@@ -156,6 +157,10 @@ def test_fsdp_run_matches_the_data_parallel_run(toy_model, tmp_path, extra):
         assert fingerprint(learner.state_dict()["model"]) == saved[name]
     metrics = pd.read_csv(tmp_path / "fsdp" / "metrics.csv")
     assert np.isfinite(metrics.drop(columns=["iteration"]).to_numpy(dtype=float)).all()
+    # The exported Hugging Face models hold the whole weights too, gathered from the shards.
+    for name in learners:
+        exported = {run: load_file(tmp_path / run / "model" / name / "model.safetensors") for run in ("fsdp", "dp")}
+        assert_states_close(exported["fsdp"], exported["dp"], f"{name}/exported")
 
 
 @pytest.mark.slow

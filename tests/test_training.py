@@ -183,6 +183,44 @@ def test_bf16_warns_on_a_cpu_without_bfloat16_arithmetic(toy_model, tmp_path, ca
     assert ("no bfloat16 arithmetic" in caplog.text) == (bf16 and not native)
 
 
+@pytest.mark.parametrize("lora", [False, True])
+def test_a_run_leaves_each_policy_as_a_hugging_face_model(toy_model, tmp_path, lora):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    config = toy_config(toy_model, tmp_path, iterations=1, batch_size=4, mini_batch_size=4, ppo_epochs=1, lora=lora)
+    trainer = Trainer(config, prompts=PROMPTS, reward_fn=fraction_good)
+    trainer.train(progress=False)
+    x = torch.tensor([[5, 6, 7, 8, 9]])
+    original = AutoModelForCausalLM.from_pretrained(toy_model).eval()
+    for name in ("llm_0", "llm_1"):
+        path = tmp_path / "model" / name
+        if lora:
+            assert (path / "adapter_config.json").is_file() and not (path / "model.safetensors").exists()
+            loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(toy_model), path).eval()
+        else:
+            loaded = AutoModelForCausalLM.from_pretrained(path).eval()
+        assert AutoTokenizer.from_pretrained(path).get_vocab() == trainer.tokenizer.get_vocab()
+        with torch.no_grad():
+            logits = loaded(input_ids=x).logits
+            torch.testing.assert_close(logits, trainer.policies[name](input_ids=x).logits)
+            assert not torch.allclose(logits, original(input_ids=x).logits, atol=1e-4)  # the trained weights
+
+    umask = os.umask(0)
+    os.umask(umask)  # permissions as a plain mkdir/open gives them, not a temporary folder's 0700
+    assert (tmp_path / "model").stat().st_mode & 0o777 == 0o777 & ~umask
+    assert {f.stat().st_mode & 0o777 for f in (tmp_path / "model").rglob("*") if f.is_file()} == {0o666 & ~umask}
+
+    # The same folders from the checkpoint (a run stopped early, or without --save-model).
+    export = [sys.executable, str(ROOT / "examples" / "export_model.py"), "--checkpoint", str(tmp_path), "--out",
+              str(tmp_path / "exported")]  # fmt: skip
+    subprocess.run(export, env=cli_env(), cwd=ROOT, check=True, capture_output=True)
+    for name in ("llm_0", "llm_1"):
+        for f in (tmp_path / "model" / name).iterdir():
+            if f.suffix == ".safetensors":
+                assert f.read_bytes() == (tmp_path / "exported" / name / f.name).read_bytes()
+
+
 def test_lora_shared_base_learns_and_keeps_one_copy_of_the_weights(toy_model, tmp_path):
     # A 32-wide toy model shifts its output mostly through lm_head, so it gets an adapter too.
     modules = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj,lm_head"

@@ -1,0 +1,83 @@
+"""Trained policies as Hugging Face models: what a run leaves for ``from_pretrained``.
+
+At the end of a run (``--save-model``, on by default) the trainer writes each learner's policy
+to ``<out>/model/<learner>`` (CORY: ``llm_0`` and ``llm_1``, either of which answers alone at
+test time; PPO: ``pioneer``), with the tokenizer beside it:
+
+* full fine-tuning: the whole causal LM, for ``AutoModelForCausalLM.from_pretrained(path)``;
+* ``--lora``: the learner's adapter in PEFT's format, for
+  ``PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), path)`` (its
+  ``adapter_config.json`` names the base; ``.merge_and_unload()`` gives a plain model).
+
+Value heads are the training's critics and stay in the checkpoints. ``examples/export_model.py``
+writes the same folders from any checkpoint (a run stopped early, or one trained without
+``--save-model``). The folder is written under a temporary name and renamed into place, so an
+interrupted export never leaves a half-written ``model/``; an older one is replaced whole.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from agents.adapters import AdapterView
+from agents.fsdp import full_state
+from cory_env.models import apply_umask
+
+#: Where a run's policies go, under its --out.
+MODEL_DIR = "model"
+
+
+def save_policies(
+    policies: dict[str, nn.Module], tokenizer: Any, folder: str | Path, *, sharded: bool = False, main: bool = True
+) -> dict[str, Path]:
+    """Write each policy (a causal LM, or an :class:`~agents.adapters.AdapterView`) to
+    ``folder/<name>`` with ``save_pretrained``, and ``tokenizer`` beside each; returns the paths.
+
+    In a data-parallel run every process calls this and only the ``main`` one writes; under FSDP
+    (``sharded``) the weights are first gathered whole, a collective.
+    """
+    folder = Path(folder)
+    states = {name: _whole_state(policy) if sharded else None for name, policy in policies.items()}
+    paths = {name: folder / name for name in policies}
+    if not main:
+        return paths
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-tmp-", dir=folder.parent))
+    try:
+        for name, policy in policies.items():
+            if isinstance(policy, AdapterView):  # PEFT writes a named adapter to a folder of its name
+                policy.peft_model.save_pretrained(tmp / f".{name}", selected_adapters=[policy.adapter])
+                written = tmp / f".{name}"
+                (written / policy.adapter if policy.adapter != "default" else written).rename(tmp / name)
+            else:
+                policy.save_pretrained(tmp / name, state_dict=states[name])
+            tokenizer.save_pretrained(tmp / name)
+        apply_umask(tmp)
+        old = folder.with_name(f".{folder.name}-old")
+        if folder.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            folder.rename(old)
+        tmp.rename(folder)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return paths
+
+
+def _whole_state(policy: nn.Module) -> dict[str, Any]:
+    """A sharded model's state dict with whole tensors (a collective), each tied weight once under
+    its first name, as ``save_pretrained`` writes a model whose weights are not sharded (a tied LM
+    head is left to ``from_pretrained`` to tie again)."""
+    seen: set[int] = set()
+    unique = {}
+    for name, tensor in policy.state_dict(keep_vars=True).items():  # the parameters themselves: ties visible
+        if id(tensor) not in seen:
+            seen.add(id(tensor))
+            unique[name] = tensor.detach()
+    return full_state(unique)

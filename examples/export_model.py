@@ -1,0 +1,44 @@
+"""Write a checkpoint's policies as Hugging Face models (what a finished run leaves in --out/model).
+
+    python examples/export_model.py --checkpoint runs/cory                 # -> runs/cory/model/<learner>
+    python examples/export_model.py --checkpoint runs/cory/checkpoints/iter_000009.pt --out exported
+
+For a run stopped before its end, or trained with --save-model false. Each learner's folder
+loads with ``AutoModelForCausalLM.from_pretrained`` (with --lora: ``PeftModel.from_pretrained``
+on the base the adapter names); see agents/export.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from agents.checkpoint import load_checkpoint
+from agents.evaluation import find_checkpoint, policy_from_checkpoint, run_folder
+from agents.export import MODEL_DIR
+
+
+def _no_reward(queries: list[str], responses: list[str], **_: object) -> list[float]:
+    return [0.0] * len(responses)  # exporting plays no episode
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", required=True, help="a run's --out folder (its newest checkpoint) or a checkpoint file")
+    parser.add_argument("--out", default="", help=f"where to write <learner>/ folders (default: the run's {MODEL_DIR}/)")
+    parser.add_argument("--device", default="cpu", help="where to rebuild the models (cpu is enough to export; cuda for a --load-in-4bit run)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    path = find_checkpoint(args.checkpoint)
+    trainer = policy_from_checkpoint(load_checkpoint(path), reward_fn=_no_reward, device=args.device)
+    out = Path(args.out) if args.out else run_folder(path) / MODEL_DIR
+    for name, folder in trainer.save_model(out).items():
+        print(f"{name}: {folder}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
