@@ -311,7 +311,10 @@ def format_report(report: dict[str, Any]) -> str:
 def build_parser() -> argparse.ArgumentParser:
     from transformers import HfArgumentParser
 
-    return HfArgumentParser((TrainingFlags, BenchmarkConfig), description=__doc__, prog="cory-bench")
+    return HfArgumentParser(
+        (TrainingFlags, BenchmarkConfig), description=__doc__, prog="cory-bench",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, BenchmarkConfig]:

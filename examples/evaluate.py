@@ -7,12 +7,15 @@ mean task reward, KL to the reference, combined reward, distinct-1/2 and repetit
     python examples/evaluate.py --checkpoint runs/cory                        # every learner of a run
     python examples/evaluate.py --checkpoint runs/cory --learner llm_0 --samples-per-prompt 4
     python examples/evaluate.py --model smollm2-135m --num-prompts 32         # the model before training
+    python examples/evaluate.py --model runs/cory/model/llm_0                 # an exported policy (KL not known: 0)
     python examples/evaluate.py --checkpoint runs/gsm8k --samples-per-prompt 8 --out gsm8k_eval.json
 
 Writes JSON (default: <run>/evaluation.json) and prints a table.
 """
 
 from __future__ import annotations
+
+import argparse
 
 import sys
 
@@ -22,7 +25,7 @@ from agents.evaluation import EvalConfig, evaluate, format_result
 
 
 def build_parser() -> HfArgumentParser:
-    return HfArgumentParser(EvalConfig, description=__doc__)
+    return HfArgumentParser(EvalConfig, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def main(argv: list[str] | None = None) -> None:
