@@ -42,6 +42,7 @@ from agents.export import MODEL_DIR, save_policies
 from agents.fsdp import full_state, is_sharded, shard_state
 from agents.grpo import GRPOConfig, GRPOLearner
 from agents.host_memory import retain_freed_memory
+from agents.interrupt import StopRequests
 from agents.kl import ESTIMATORS
 from agents.learner import Episode, Learner
 from agents.metrics import MetricsLogger
@@ -333,6 +334,7 @@ class Trainer:
             period = None if config.no_role_exchange else config.role_exchange_period
             self.game = RoleExchangeWrapper(CollectiveRewardWrapper(base), period=period)
         self.iteration = 0
+        self.stopped_by = ""  # the signal that stopped train() before its last iteration, if one did
 
     def _devices(self, config: TrainConfig, names: list[str]) -> tuple[torch.device, dict[str, torch.device]]:
         """The main device (models are loaded there; the reward model runs there) and each learner's."""
@@ -580,7 +582,8 @@ class Trainer:
         if main:
             (self.out / "config.json").write_text(json.dumps(dataclasses.asdict(c), indent=2))
         bar = tqdm(total=c.iterations, initial=self.iteration, disable=not (progress and main), desc=c.algo, unit="it")
-        with records if records is not None else contextlib.nullcontext():
+        self.stopped_by = ""
+        with records if records is not None else contextlib.nullcontext(), StopRequests(_announce_stop if main else None) as stop:
             while self.iteration < c.iterations:
                 it = self.iteration
                 metrics, samples = self.run_iteration()
@@ -589,14 +592,22 @@ class Trainer:
                     records.log_samples(it, samples)
                 bar.set_postfix(_postfix(metrics), refresh=False)
                 bar.update(1)
-                if self.iteration % c.checkpoint_every == 0 or self.iteration == c.iterations:
+                # A stop signal in any process stops them all after this iteration (a collective).
+                stopping = dp.sum({"stop": bool(stop.signal)})["stop"] > 0 if dp.is_distributed else bool(stop.signal)
+                if self.iteration % c.checkpoint_every == 0 or self.iteration == c.iterations or stopping:
                     state = self.state_dict()  # collective in a data-parallel run
                     if main:
                         save_checkpoint(self.out, it, state)
+                if stopping and self.iteration < c.iterations:
+                    self.stopped_by = stop.signal or "a stop signal in another process"
+                    break
         bar.close()
         if main:
             plot_run(self.out)
-        if c.save_model:
+        if self.stopped_by and main:
+            logger.warning("stopped by %s after iteration %d of %d, checkpoint saved: continue with --resume --out %s",
+                           self.stopped_by, self.iteration, c.iterations, self.out)  # fmt: skip
+        elif c.save_model and not self.stopped_by:
             self.save_model()
         dp.wait_for_everyone()
         return self.out
@@ -634,6 +645,10 @@ def check_resumable(saved: dict[str, Any], current: dict[str, Any], out: str | P
             f"--resume: the checkpoint in {out} was written by a run with other settings ({diffs}). Resume with "
             f"that run's settings ({Path(out) / 'config.json'}), or start a new run: another --out, or --overwrite"
         )
+
+
+def _announce_stop(name: str) -> None:
+    tqdm.write(f"{name}: finishing this iteration, then a checkpoint (again to stop at once)")
 
 
 def resolve_device(spec: str) -> torch.device:

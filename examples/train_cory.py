@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 
 from transformers import HfArgumentParser
@@ -50,6 +51,8 @@ def main(argv: list[str] | None = None) -> None:
         logging.getLogger(name).addHandler(handler)
     trainer = Trainer(config)
     out = trainer.train()
+    if trainer.stopped_by:  # Ctrl-C or SIGTERM: a checkpoint after the iteration (agents.interrupt)
+        sys.exit(128 + getattr(signal.Signals, trainer.stopped_by, signal.SIGTERM).value)
     if not trainer.data_parallel.is_main_process:
         return
     print(f"\nmetrics: {out / 'metrics.csv'}  samples: {out / 'samples.jsonl'}")

@@ -153,6 +153,38 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(toy_model, tmp_path):
     pd.testing.assert_frame_equal(a, b, check_exact=True)
 
 
+def test_sigterm_finishes_the_iteration_saves_a_checkpoint_and_the_resume_is_exact(toy_model, tmp_path):
+    args = ["--algo", "cory", "--iterations", "8", "--checkpoint-every", "100", "--role-exchange-period", "2"]
+    whole = tmp_path / "whole"
+    subprocess.run(cli(*toy_cli_args(toy_model, whole, *args)), env=cli_env(), cwd=ROOT, check=True,
+                   capture_output=True, timeout=300)  # fmt: skip
+
+    stopped = tmp_path / "stopped"
+    proc = subprocess.Popen(cli(*toy_cli_args(toy_model, stopped, *args)), env=cli_env(), cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 240
+    while not (stopped / "metrics.csv").exists() or len((stopped / "metrics.csv").read_text().splitlines()) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its first iteration"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr[-2000:]
+    done = len(pd.read_csv(stopped / "metrics.csv"))
+    assert done < 8, "the signal came too late to test a stop"
+    # Not every 100 iterations: a checkpoint of exactly the iterations done; no final model yet.
+    assert [p.name for p in (stopped / "checkpoints").iterdir()] == [f"iter_{done - 1:06d}.pt"]
+    assert "stopped by SIGTERM" in stderr and "--resume" in stderr
+    assert not (stopped / "model").exists()
+
+    subprocess.run(cli(*toy_cli_args(toy_model, stopped, *args, "--resume")), env=cli_env(), cwd=ROOT, check=True,
+                   capture_output=True, timeout=300)  # fmt: skip
+    timing = ["tokens_per_s", "seconds"]
+    a = pd.read_csv(whole / "metrics.csv").drop(columns=timing)
+    b = pd.read_csv(stopped / "metrics.csv").drop(columns=timing)
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+    assert (stopped / "model" / "llm_0" / "model.safetensors").is_file()
+
+
 def test_a_new_run_does_not_silently_replace_an_old_one(toy_model, tmp_path):
     config = toy_config(toy_model, tmp_path, algo="ppo", iterations=1)
     Trainer(config, prompts=PROMPTS, reward_fn=fraction_good).train(progress=False)
