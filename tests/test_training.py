@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -95,6 +96,26 @@ def toy_cli_args(model: Path, out: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
+def run_toy_cli(model: Path, out: Path, *extra: str) -> None:
+    subprocess.run(cli(*toy_cli_args(model, out, *extra)), env=cli_env(), cwd=ROOT, check=True, capture_output=True,
+                   timeout=300)  # fmt: skip
+
+
+def start_toy_cli(model: Path, out: Path, *extra: str, wait_for: Callable[[], bool]) -> subprocess.Popen:
+    """The CLI in the background, returned once ``wait_for()`` holds (it must hold before the run ends)."""
+    proc = subprocess.Popen(cli(*toy_cli_args(model, out, *extra)), env=cli_env(), cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 240
+    while not wait_for():
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before it was interrupted"
+        time.sleep(0.02)
+    return proc
+
+
+def metrics_without_timing(out: Path) -> pd.DataFrame:
+    return pd.read_csv(out / "metrics.csv").drop(columns=["tokens_per_s", "seconds"])
+
+
 @pytest.mark.parametrize("algo", ["cory", "ppo", "cory --lora"])
 def test_cli_end_to_end(toy_model, tmp_path, algo):
     out = tmp_path / "run"
@@ -115,7 +136,9 @@ def test_cli_end_to_end(toy_model, tmp_path, algo):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "samples.jsonl").read_text().count("\n") >= 2
     assert (out / "checkpoints" / "iter_000001.pt").exists()
-    assert "plots:" in result.stdout
+    assert "plots:" in result.stdout and "models:" in result.stdout
+    weights = "adapter_model.safetensors" if extra == ["--lora"] else "model.safetensors"
+    assert all((out / "model" / learner / weights).is_file() for learner in learners)
 
 
 def test_cli_help_explains_the_flags():
@@ -128,60 +151,40 @@ def test_cli_help_explains_the_flags():
 
 def test_resume_after_sigkill_matches_an_uninterrupted_run(toy_model, tmp_path):
     args = ["--algo", "cory", "--iterations", "6", "--checkpoint-every", "1", "--role-exchange-period", "2"]
-    whole = tmp_path / "whole"
-    subprocess.run(cli(*toy_cli_args(toy_model, whole, *args)), env=cli_env(), cwd=ROOT, check=True,
-                   capture_output=True, timeout=300)  # fmt: skip
-
+    run_toy_cli(toy_model, tmp_path / "whole", *args)
     killed = tmp_path / "killed"
-    proc = subprocess.Popen(cli(*toy_cli_args(toy_model, killed, *args)), env=cli_env(), cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    deadline = time.monotonic() + 240
-    while not (killed / "checkpoints" / "iter_000001.pt").exists():
-        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its second checkpoint"
-        time.sleep(0.05)
+    proc = start_toy_cli(toy_model, killed, *args, wait_for=(killed / "checkpoints" / "iter_000001.pt").exists)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     done = pd.read_csv(killed / "metrics.csv")["iteration"].max()
     assert done < 5, "killed too late to test a resume"
 
-    subprocess.run(cli(*toy_cli_args(toy_model, killed, *args, "--resume")), env=cli_env(), cwd=ROOT, check=True,
-                   capture_output=True, timeout=300)  # fmt: skip
-    timing = ["tokens_per_s", "seconds"]
-    a = pd.read_csv(whole / "metrics.csv").drop(columns=timing)
-    b = pd.read_csv(killed / "metrics.csv").drop(columns=timing)
-    assert b["iteration"].tolist() == list(range(6))
-    pd.testing.assert_frame_equal(a, b, check_exact=True)
+    run_toy_cli(toy_model, killed, *args, "--resume")
+    assert pd.read_csv(killed / "metrics.csv")["iteration"].tolist() == list(range(6))
+    pd.testing.assert_frame_equal(metrics_without_timing(tmp_path / "whole"), metrics_without_timing(killed),
+                                  check_exact=True)  # fmt: skip
 
 
 def test_sigterm_finishes_the_iteration_saves_a_checkpoint_and_the_resume_is_exact(toy_model, tmp_path):
     args = ["--algo", "cory", "--iterations", "8", "--checkpoint-every", "100", "--role-exchange-period", "2"]
-    whole = tmp_path / "whole"
-    subprocess.run(cli(*toy_cli_args(toy_model, whole, *args)), env=cli_env(), cwd=ROOT, check=True,
-                   capture_output=True, timeout=300)  # fmt: skip
-
+    run_toy_cli(toy_model, tmp_path / "whole", *args)
     stopped = tmp_path / "stopped"
-    proc = subprocess.Popen(cli(*toy_cli_args(toy_model, stopped, *args)), env=cli_env(), cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    deadline = time.monotonic() + 240
-    while not (stopped / "metrics.csv").exists() or len((stopped / "metrics.csv").read_text().splitlines()) < 2:
-        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its first iteration"
-        time.sleep(0.02)
+    metrics = stopped / "metrics.csv"
+    proc = start_toy_cli(toy_model, stopped, *args,
+                         wait_for=lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 2)  # fmt: skip
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=240)
     assert proc.returncode == 128 + signal.SIGTERM, stderr[-2000:]
-    done = len(pd.read_csv(stopped / "metrics.csv"))
+    done = len(pd.read_csv(metrics))
     assert done < 8, "the signal came too late to test a stop"
     # Not every 100 iterations: a checkpoint of exactly the iterations done; no final model yet.
     assert [p.name for p in (stopped / "checkpoints").iterdir()] == [f"iter_{done - 1:06d}.pt"]
     assert "stopped by SIGTERM" in stderr and "--resume" in stderr
     assert not (stopped / "model").exists()
 
-    subprocess.run(cli(*toy_cli_args(toy_model, stopped, *args, "--resume")), env=cli_env(), cwd=ROOT, check=True,
-                   capture_output=True, timeout=300)  # fmt: skip
-    timing = ["tokens_per_s", "seconds"]
-    a = pd.read_csv(whole / "metrics.csv").drop(columns=timing)
-    b = pd.read_csv(stopped / "metrics.csv").drop(columns=timing)
-    pd.testing.assert_frame_equal(a, b, check_exact=True)
+    run_toy_cli(toy_model, stopped, *args, "--resume")
+    pd.testing.assert_frame_equal(metrics_without_timing(tmp_path / "whole"), metrics_without_timing(stopped),
+                                  check_exact=True)  # fmt: skip
     assert (stopped / "model" / "llm_0" / "model.safetensors").is_file()
 
 
