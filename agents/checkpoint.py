@@ -33,6 +33,9 @@ def save_checkpoint(out_dir: str | Path, iteration: int, state: dict[str, Any], 
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's file is private (0600); a plain open's is not
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

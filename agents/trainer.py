@@ -573,9 +573,11 @@ class Trainer:
             check_resumable(state.get("config", {}), dataclasses.asdict(c), self.out)
             self.load_state_dict(state)
             if main:
-                logger.info("resuming %s from %s: iteration %d of %d", self.out, checkpoint.name, self.iteration, c.iterations)
+                logger.info("resuming %s from %s: iteration %d of %d", self.out, checkpoint.name, self.iteration,
+                            c.iterations)  # fmt: skip
         elif c.resume and main:
-            logger.warning("--resume: no checkpoint in %s yet, so the run starts at iteration 0", checkpoint_dir(self.out))
+            logger.warning("--resume: no checkpoint in %s yet, so the run starts at iteration 0",
+                           checkpoint_dir(self.out))  # fmt: skip
         records = MetricsLogger(self.out, tensorboard=c.tensorboard, resume=checkpoint is not None) if main else None
         if checkpoint is not None and records is not None:
             records.truncate(self.iteration - 1)
@@ -583,7 +585,8 @@ class Trainer:
             (self.out / "config.json").write_text(json.dumps(dataclasses.asdict(c), indent=2))
         bar = tqdm(total=c.iterations, initial=self.iteration, disable=not (progress and main), desc=c.algo, unit="it")
         self.stopped_by = ""
-        with records if records is not None else contextlib.nullcontext(), StopRequests(_announce_stop if main else None) as stop:
+        stop = StopRequests(_announce_stop if main else None)  # Ctrl-C, SIGTERM: stop after the iteration
+        with records if records is not None else contextlib.nullcontext(), stop:
             while self.iteration < c.iterations:
                 it = self.iteration
                 metrics, samples = self.run_iteration()
@@ -624,8 +627,9 @@ class Trainer:
 #: Settings a resumed run may change: how far it runs, what it writes, and how it computes the
 #: same numbers (memory and speed switches). Any other change would not continue the same run.
 RESUMABLE_CHANGES = frozenset({
-    "iterations", "out", "resume", "overwrite", "checkpoint_every", "samples_per_iteration", "tensorboard", "save_model",
-    "retain_freed_memory", "cpu_linear", "padding_free", "gradient_checkpointing", "gradient_checkpointing_observer",
+    "iterations", "out", "resume", "overwrite", "checkpoint_every", "samples_per_iteration", "tensorboard",
+    "save_model", "retain_freed_memory", "cpu_linear", "padding_free", "gradient_checkpointing",
+    "gradient_checkpointing_observer",
 })  # fmt: skip
 
 
@@ -680,9 +684,10 @@ def _check_available(device: torch.device, flag: str) -> None:
     if device.type != "cuda" or (torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count()):
         return
     if torch.version.cuda is None:
-        why = f"this PyTorch ({torch.__version__}) is a CPU build: install a CUDA build (https://pytorch.org/get-started)"
+        why = f"this PyTorch ({torch.__version__}) is a CPU build: install a CUDA build (pytorch.org/get-started)"
     else:
-        why = f"torch sees {torch.cuda.device_count()} GPU(s) (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
+        why = f"torch sees {torch.cuda.device_count()} GPU(s) (CUDA_VISIBLE_DEVICES={visible})"
     raise ValueError(f"{flag}: {device} is not available: {why}; or run on the CPU")
 
 

@@ -25,9 +25,11 @@ def _no_reward(queries: list[str], responses: list[str], **_: object) -> list[fl
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", required=True, help="a run's --out folder (its newest checkpoint) or a checkpoint file")
+    parser.add_argument("--checkpoint", required=True,
+                        help="a run's --out folder (its newest checkpoint) or a checkpoint file")  # fmt: skip
     parser.add_argument("--out", default="", help=f"where to write <learner>/ folders (default: the run's {MODEL_DIR}/)")
-    parser.add_argument("--device", default="cpu", help="where to rebuild the models (cpu is enough to export; cuda for a --load-in-4bit run)")
+    parser.add_argument("--device", default="cpu",
+                        help="where to rebuild the models (cpu is enough to export; cuda for a --load-in-4bit run)")  # fmt: skip
     return parser
 
 

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"checkpoints: {out / 'checkpoints'} (resume with --resume --out {out})")
     if trainer.config.save_model:
         models = ", ".join(str(out / MODEL_DIR / name) for name in trainer.learners)
-        kind = "PeftModel.from_pretrained(base, path)" if trainer.config.lora else "AutoModelForCausalLM.from_pretrained(path)"
+        kind = "PeftModel.from_pretrained(base, path)" if trainer.config.lora else "AutoModelForCausalLM.from_pretrained"
         print(f"models:  {models} ({kind})")
 
 
