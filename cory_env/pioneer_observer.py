@@ -45,6 +45,14 @@ cache when `past_length == 0`. Before its turn, an agent observes an all-padding
 context with `num_new_tokens == 0`. Every step shifts all rows by one column, so a
 cache stays aligned in the batched form.
 
+### Global state
+
+`state()` (and `state_space`, a Box) is the view a centralized critic takes: every role's
+current context window, `(B, R, L)` token ids in the batched form (`(R, L)` otherwise; `R`
+roles in `possible_agents` order), `-1` where that role's observation is masked (padding, and
+a role's whole row before its turn). PettingZoo's `state_test` passes, and the parallel API
+forwards it.
+
 ### Rewards and infos
 
 A reward function `(queries, responses, **metadata) -> list[float]` scores each
@@ -240,6 +248,10 @@ class PioneerObserverEnv(AECEnv):
         self._observation_spaces = {a: obs if a == PIONEER else copy.deepcopy(obs) for a in ROLES}
         self._action_spaces = {a: act if a == PIONEER else copy.deepcopy(act) for a in ROLES}
         self._role_arrays = {a: _frozen(np.array([i], dtype=np.int64)) for i, a in enumerate(ROLES)}
+        roles = len(self.possible_agents)
+        self.state_space = gymnasium.spaces.Box(
+            -1, vocab_size - 1, shape=(B, roles, L) if self.batched else (roles, L), dtype=np.int64
+        )
         empty = _frozen(np.full((B, L), self.pad_token_id, dtype=np.int64))
         self._empty_context = (empty, _frozen(np.zeros((B, L), dtype=np.int64)))
 
@@ -345,6 +357,23 @@ class PioneerObserverEnv(AECEnv):
             "num_new_tokens": np.array([new], dtype=np.int64),
             "role": self._role_arrays[agent],
         }
+
+    def state(self) -> np.ndarray:
+        """The global state, for centralized training (a critic that sees every role's context).
+
+        ``(B, R, L)`` token ids (``(R, L)`` unbatched), ``R`` the roles in the order of
+        ``possible_agents`` (pioneer, then observer): each role's current context window, as
+        its observation holds it, with ``-1`` wherever that observation's attention mask is 0
+        (padding, and the whole row before the role's turn)."""
+        if not hasattr(self, "_turns"):
+            raise RuntimeError("state() before the first reset(): call reset() first")
+        B, L = self.num_conversations, self.context_length
+        out = np.full((B, len(self.possible_agents), L), -1, dtype=np.int64)
+        for i, role in enumerate(self.possible_agents):
+            if (turn := self._turns.get(role)) is not None:
+                window = slice(turn.t, turn.t + L)
+                out[:, i] = np.where(turn.mask[:, window] == 1, turn.tokens[:, window], -1)
+        return out if self.batched else out[0]
 
     def step(self, action: Any) -> None:
         if not self.agents:

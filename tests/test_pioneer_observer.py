@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pettingzoo
 import pytest
-from pettingzoo.test import api_test, seed_test
+from pettingzoo.test import api_test, seed_test, state_test
+from pettingzoo.utils.conversions import turn_based_aec_to_parallel
 
 import cory_env
 from cory_env import PromptTooLongError, RewardFunctionError
@@ -223,6 +224,29 @@ def test_bad_token_ids_batched(make_env):
     with pytest.raises(TypeError, match="integer"):
         env.step(np.array([1.0, 2.0, 3.0]))
     env.step(np.array([1, 2, 3], dtype=np.int32))  # any integer dtype is fine
+
+
+@pytest.mark.parametrize("B", [None, 3])
+def test_the_global_state_is_every_roles_observation_masked(make_env, B):
+    state_test(make_env(B), turn_based_aec_to_parallel(make_env(B)), num_cycles=50)  # PettingZoo's own checks
+    env = make_env(B, max_new_tokens=3)
+    with pytest.raises(AssertionError, match="reset"):  # PettingZoo's order enforcing
+        env.state()
+    with pytest.raises(RuntimeError, match="reset"):
+        env.unwrapped.state()
+    env.reset(seed=0)
+    seen_rows = set()
+    for _agent in env.agent_iter():
+        _, _, term, trunc, _ = env.last()
+        env.step(None if term or trunc else env.action_space(_agent).sample())
+        state = env.state()
+        assert env.state_space.contains(state) and state.shape[-2:] == (2, env.unwrapped.context_length)
+        for i, role in enumerate(env.possible_agents):
+            obs = env.unwrapped.observe(role)
+            row = state[..., i, :]
+            assert np.array_equal(row, np.where(obs["attention_mask"] == 1, obs["input_ids"], -1))
+            seen_rows.add((role, bool((row >= 0).any())))
+    assert seen_rows == {("pioneer", True), ("observer", False), ("observer", True)}  # empty before its turn
 
 
 def test_action_for_a_finished_agent_and_step_after_the_end(make_env):
