@@ -8,7 +8,9 @@ tokenizer) when the embedded package is not installed, then on the GPU:
 2. rollout tokens/s through environment + agent against ``generate`` (batch 16, sampling);
 3. training iterations (CORY and PPO, full fine-tuning and LoRA, bf16): seconds and peak
    GPU memory; the same settings as benchmarks/iteration.py's CPU figures, batch 64;
-   then CORY with the critic-free GRPO learner (``--learner grpo``, groups of 4).
+   then CORY with the critic-free GRPO learner (``--learner grpo``, groups of 4); after each,
+   the trained policies exported (``Trainer.save_model``) and reloaded with ``from_pretrained``
+   answer as the trained ones do (largest logit difference).
 
     python benchmarks/cuda_check.py --out cuda_check.json
 """
@@ -128,9 +130,36 @@ def train_iterations(
             if cuda:
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - start)
+        peak = torch.cuda.max_memory_allocated() / 1024**3 if cuda else None
+        export = export_reloads(trainer, Path(out) / "model", device, load_in_4bit)
     finite = all(np.isfinite(v) for v in last.values())
-    return {"seconds": float(np.median(times)), "peak_gb": torch.cuda.max_memory_allocated() / 1024**3 if cuda else None,
-            "metrics_finite": finite, "tokens_per_s": last["tokens_per_s"], "modules_4bit": four_bit}  # fmt: skip
+    return {"seconds": float(np.median(times)), "peak_gb": peak, "metrics_finite": finite,
+            "tokens_per_s": last["tokens_per_s"], "modules_4bit": four_bit, **export}  # fmt: skip
+
+
+def export_reloads(trainer: Trainer, folder: Path, device: str, load_in_4bit: bool) -> dict:
+    """Trainer.save_model, then each exported policy reloaded with from_pretrained (LoRA: on the
+    base, with peft) answers a batch as the trained policy does (largest logit difference)."""
+    from transformers import AutoModelForCausalLM
+
+    paths = trainer.save_model(folder)
+    if load_in_4bit:  # reloading would need the 4-bit base again: only check the adapters are there
+        return {"export_files": all((p / "adapter_model.safetensors").is_file() for p in paths.values())}
+    ids = torch.randint(0, len(trainer.tokenizer), (4, 24), generator=torch.Generator().manual_seed(0)).to(device)
+    diff = 0.0
+    for name, path in paths.items():
+        if trainer.config.lora:  # the base the adapter's config names
+            from peft import AutoPeftModelForCausalLM
+
+            loaded = AutoPeftModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        else:
+            loaded = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        loaded = loaded.to(device).eval()
+        with torch.no_grad():
+            trained = trainer.policies[name](input_ids=ids).logits
+            diff = max(diff, float((loaded(input_ids=ids).logits - trained).abs().max()))
+        del loaded
+    return {"export_max_logit_diff": diff}
 
 
 def main() -> None:
