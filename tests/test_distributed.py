@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -140,14 +142,18 @@ def test_bad_devices_are_refused(toy_model, tmp_path, kw, message):
 
 
 # ---------------------------------------------------------------- accelerate launch, 2 processes
+def launch_command(args: list[str], config: Path = MULTI_GPU_CONFIG, launcher: Sequence[str] = ()) -> list[str]:
+    return [
+        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config), "--num_processes", "2",
+        "--main_process_port", str(free_port()), *launcher, str(ROOT / "examples" / "train_cory.py"), *args,
+    ]  # fmt: skip
+
+
 def accelerate_launch(
     args: list[str], config: Path = MULTI_GPU_CONFIG, launcher: Sequence[str] = (), **env: str
 ) -> subprocess.CompletedProcess:
     """``accelerate launch --config_file config`` of examples/train_cory.py on 2 CPU processes."""
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config), "--num_processes", "2",
-        "--main_process_port", str(free_port()), *launcher, str(ROOT / "examples" / "train_cory.py"), *args,
-    ]  # fmt: skip
+    command = launch_command(args, config, launcher)
     result = subprocess.run(command, env=hide_cuda_env(**env), cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     return result
@@ -212,3 +218,32 @@ def test_accelerate_launch_resume_matches_an_uninterrupted_run(toy_model, tmp_pa
     pd.testing.assert_frame_equal(a, b, check_exact=True)
     whole, split = (load_checkpoint(latest_checkpoint(tmp_path / r))["processes"] for r in ("whole", "split"))
     assert [p["weights_sha256"] for p in whole] == [p["weights_sha256"] for p in split]
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_process_stops_both_after_the_same_iteration(toy_model, tmp_path):
+    import psutil  # accelerate's dependency
+
+    common = ["--algo", "cory", "--role-exchange-period", "1", "--checkpoint-every", "100", "--iterations", "8"]
+    accelerate_launch(launch_args(toy_model, tmp_path / "whole", *common))
+    stopped = tmp_path / "stopped"
+    launcher = subprocess.Popen(launch_command(launch_args(toy_model, stopped, *common)), env=hide_cuda_env(), cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    metrics, deadline = stopped / "metrics.csv", time.monotonic() + 300
+    while not metrics.exists() or len(metrics.read_text().splitlines()) < 2:
+        assert launcher.poll() is None and time.monotonic() < deadline, "the run ended before its first iteration"
+        time.sleep(0.05)
+    workers = [p for p in psutil.Process(launcher.pid).children(recursive=True) if "train_cory.py" in " ".join(p.cmdline())]
+    (second,) = [p for p in workers if p.environ().get("RANK") == "1"]
+    second.send_signal(signal.SIGTERM)  # the other process never receives one
+    _, stderr = launcher.communicate(timeout=300)
+    done = len(pd.read_csv(metrics))
+    assert done < 8, "the signal came too late to test a stop"
+    assert [p.name for p in (stopped / "checkpoints").iterdir()] == [f"iter_{done - 1:06d}.pt"], stderr[-3000:]
+    assert len(load_checkpoint(latest_checkpoint(stopped))["processes"]) == 2
+
+    accelerate_launch(launch_args(toy_model, stopped, *common, "--resume"))
+    timing = ["tokens_per_s", "seconds"]
+    a = pd.read_csv(tmp_path / "whole" / "metrics.csv").drop(columns=timing)
+    b = pd.read_csv(metrics).drop(columns=timing)
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
