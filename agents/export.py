@@ -17,11 +17,14 @@ interrupted export never leaves a half-written ``model/``; an older one is repla
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from agents.adapters import AdapterView
@@ -46,6 +49,7 @@ def save_policies(
     paths = {name: folder / name for name in policies}
     if not main:
         return paths
+    _quiet_deepspeed_detection()
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-tmp-", dir=folder.parent))
     try:
@@ -81,3 +85,11 @@ def _whole_state(policy: nn.Module) -> dict[str, Any]:
             seen.add(id(tensor))
             unique[name] = tensor.detach()
     return full_state(unique)
+
+
+def _quiet_deepspeed_detection() -> None:
+    """``save_pretrained`` imports DeepSpeed where it is installed (accelerate's unwrapping), and on a
+    machine without CUDA DeepSpeed then warns that it "was unable to detect" a GPU. Naming the CPU
+    as its accelerator, which it would choose anyway, spares a CPU run's output that warning."""
+    if "deepspeed" not in sys.modules and not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
