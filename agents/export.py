@@ -58,6 +58,7 @@ def save_policies(
                 policy.peft_model.save_pretrained(tmp / f".{name}", selected_adapters=[policy.adapter])
                 written = tmp / f".{name}"
                 (written / policy.adapter if policy.adapter != "default" else written).rename(tmp / name)
+                shutil.rmtree(written, ignore_errors=True)  # what PEFT wrote beside the adapter (a model card)
             else:
                 policy.save_pretrained(tmp / name, state_dict=states[name])
             tokenizer.save_pretrained(tmp / name)

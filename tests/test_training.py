@@ -241,6 +241,7 @@ def test_a_run_leaves_each_policy_as_a_hugging_face_model(toy_model, tmp_path, l
             torch.testing.assert_close(logits, trainer.policies[name](input_ids=x).logits)
             assert not torch.allclose(logits, original(input_ids=x).logits, atol=1e-4)  # the trained weights
 
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["llm_0", "llm_1"]  # nothing else left there
     umask = os.umask(0)
     os.umask(umask)  # permissions as a plain mkdir/open gives them, not a temporary folder's 0700
     assert (tmp_path / "model").stat().st_mode & 0o777 == 0o777 & ~umask
