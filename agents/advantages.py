@@ -67,6 +67,19 @@ def whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torc
     return whitened * mask.to(x.dtype)
 
 
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``1 - Var(returns - values) / Var(returns)`` over masked positions: how much of the returns'
+    variance the value predictions account for (1: all; 0: no better than their mean; negative:
+    worse), the critic diagnostic of SB3 and TRL (``val/var_explained``).
+
+    Example:
+        >>> m = torch.ones(1, 4)
+        >>> explained_variance(torch.tensor([[1.0, 2.0, 3.0, 4.0]]), torch.tensor([[1.0, 2.0, 3.0, 5.0]]), m)
+        tensor(0.9143)
+    """
+    return 1 - masked_var(returns - values, mask) / masked_var(returns, mask)
+
+
 @torch.no_grad()
 def gae(
     rewards: torch.Tensor,

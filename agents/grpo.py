@@ -215,6 +215,7 @@ class GRPOLearner(LMLearner):
             "advantage_abs_mean": float(advantages.abs().mean()),
             "frac_groups_zero_std": float((groups.amax(1) == groups.amin(1)).float().mean()),
             **{k: float(np.mean(v)) for k, v in stats.items()},
+            **self._grad_norm_stats(),
         })  # fmt: skip
         kl_sum = means.pop("kl")
         self.kl_ctl.update(means.pop("kl_penalty"), B * dp.num_processes)

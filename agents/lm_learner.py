@@ -33,6 +33,7 @@ from trl.trainer.utils import selective_log_softmax
 
 from agents import padding_free
 from agents.distributed import DataParallel
+from agents.fsdp import is_sharded
 from agents.kl import AdaptiveKLController, FixedKLController, kl_per_token
 from agents.learner import Episode
 from agents.lm_actor import LMActor, generate_positions
@@ -128,6 +129,7 @@ class LMLearner:
         self._engine = None
         self._param_groups = self.optimizer.state_dict()["param_groups"]
         self._pending_optimizer_state: dict[str, Any] | None = None
+        self._grad_norms: list[torch.Tensor] = []  # this update's, before clipping (logged as grad_norm)
         self.kl_ctl = (
             AdaptiveKLController(kl_coef, config.target_kl, config.kl_horizon)
             if config.adaptive_kl
@@ -210,16 +212,27 @@ class LMLearner:
         the engine's step, which does all of that on this process's partition and gathers the weights)."""
         if self._engine is not None:
             self._engine.step()
+            norm = self._engine.get_global_grad_norm()  # None when the engine does not clip
+            if norm is not None:
+                self._grad_norms.append(torch.as_tensor(float(norm)))
             return
         self.data_parallel.average_gradients(self._params)
         max_norm = self.config.max_grad_norm
         if max_norm is not None and self._clip_in_step:  # clip_grad_norm_'s coefficient, as a divisor
             norm = torch.nn.utils.get_total_norm([p.grad for p in self._params if p.grad is not None])
             self.optimizer.grad_scale = torch.clamp((norm + 1e-6) / max_norm, min=1.0)
+            self._grad_norms.append(norm.detach())
         elif max_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self._params, max_norm)
+            norm = torch.nn.utils.clip_grad_norm_(self._params, max_norm)
+            self._grad_norms.append(norm.full_tensor() if is_sharded(norm) else norm.detach())
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+
+    def _grad_norm_stats(self) -> dict[str, float]:
+        """``grad_norm``: the mean over this update's optimizer steps of the gradient norm before
+        clipping (computed for the clipping anyway: absent with ``max_grad_norm=None``)."""
+        norms, self._grad_norms = self._grad_norms, []
+        return {"grad_norm": float(torch.stack([n.float().cpu() for n in norms]).mean())} if norms else {}
 
     # ------------------------------------------------------------------ checkpoints
     def trainable_state_dict(self) -> dict[str, torch.Tensor]:

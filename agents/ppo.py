@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
-from agents.advantages import gae, masked_mean
+from agents.advantages import explained_variance, gae, masked_mean
 from agents.distributed import DataParallel
 from agents.kl import ESTIMATORS, token_rewards
 from agents.learner import Episode
@@ -222,7 +222,9 @@ class PPOLearner(LMLearner):
             "kl": float(s["kl_exact"].sum(-1).mean()),
             "kl_penalty": float(s["kl"].sum(-1).mean()),
             "response_length": float(mask.sum(-1).mean()),
+            "explained_variance": float(explained_variance(s["values"], returns, mask)),  # of the values acted on
             **{k: float(np.mean(v)) for k, v in stats.items()},
+            **self._grad_norm_stats(),
         })  # fmt: skip
         kl_sum = means.pop("kl")
         self.kl_ctl.update(means.pop("kl_penalty"), B * self.data_parallel.num_processes)

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from agents.advantages import gae, whiten
+from agents.advantages import explained_variance, gae, whiten
 from agents.kl import AdaptiveKLController, FixedKLController, kl_per_token, token_rewards
 from agents.losses import policy_loss, value_loss
 
@@ -103,6 +103,15 @@ def test_whiten_uses_masked_tokens_only():
 def test_whiten_needs_two_tokens():
     with pytest.raises(ValueError):
         whiten(t([[1.0, 2.0]]), torch.tensor([[1, 0]]))
+
+
+def test_explained_variance_by_hand():
+    # returns [1, 2, 3, 5] (unbiased var 35/12), errors [0, 0, 0, 1] (var 1/4): 1 - 3/35; the padding is ignored.
+    values, returns = t([[1.0, 2.0, 3.0, 4.0, 7.0]]), t([[1.0, 2.0, 3.0, 5.0, -9.0]])
+    mask = torch.tensor([[1, 1, 1, 1, 0]])
+    torch.testing.assert_close(explained_variance(values, returns, mask), t(1 - 3 / 35), atol=1e-6, rtol=0)
+    assert explained_variance(returns, returns, mask) == 1.0  # perfect predictions
+    assert explained_variance(torch.full_like(returns, 2.75), returns, mask) == 0.0  # the returns' mean
 
 
 # ---------------------------------------------------------------- PPO losses

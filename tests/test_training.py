@@ -371,11 +371,9 @@ def test_cpu_runs_use_the_cpu_linear_layers_unless_told_not_to(toy_model, tmp_pa
             assert kinds == {CPULinear if cpu_linear else torch.nn.Linear}
 
 
-@pytest.mark.parametrize("max_grad_norm", [1e-3, None, 1e9])
-def test_clipping_inside_the_fused_optimizer_step_equals_clip_grad_norm(toy_model, max_grad_norm):
-    """The fused AdamW divides each gradient by the clipping factor as it reads it: the same update
-    as clip_grad_norm_ then step (to float32 rounding when clipping acts; exactly when it does not)."""
-    from agents.ppo import Episode, PPOConfig, PPOLearner
+def toy_ppo_learner(toy_model: Path, config, seed: int = 1):
+    """A PPO learner on the toy model (its own copy; a frozen reference), and a 4-conversation episode."""
+    from agents.ppo import Episode, PPOLearner
     from agents.value_model import CausalLMWithValueHead
     from cory_env.models import load_causal_lm
 
@@ -384,23 +382,52 @@ def test_clipping_inside_the_fused_optimizer_step_equals_clip_grad_norm(toy_mode
     ids = torch.randint(3, 18, (B, W))
     mask = torch.ones(B, W, dtype=torch.long)
     episode = Episode(ids, mask, T, scores=np.array([1.0, 0.0, 0.5, 0.2]), task_rewards=np.array([1.0, 0.0, 0.5, 0.2]))
+    reference = load_causal_lm(str(toy_model)).requires_grad_(False)
+    torch.manual_seed(seed)
+    return PPOLearner(CausalLMWithValueHead(load_causal_lm(str(toy_model))), reference, config, seed=3), episode
+
+
+@pytest.mark.parametrize("max_grad_norm", [1e-3, None, 1e9])
+def test_clipping_inside_the_fused_optimizer_step_equals_clip_grad_norm(toy_model, max_grad_norm):
+    """The fused AdamW divides each gradient by the clipping factor as it reads it: the same update
+    as clip_grad_norm_ then step (to float32 rounding when clipping acts; exactly when it does not)."""
+    from agents.ppo import PPOConfig
+    from cory_env.models import load_causal_lm
+
     config = PPOConfig(mini_batch_size=2, ppo_epochs=2, learning_rate=1e-3, max_grad_norm=max_grad_norm)
-    weights = {}
+    weights, grad_norms = {}, {}
     for in_step in (True, False):
-        reference = load_causal_lm(str(toy_model)).requires_grad_(False)
-        torch.manual_seed(1)
-        learner = PPOLearner(CausalLMWithValueHead(load_causal_lm(str(toy_model))), reference, config, seed=3)
+        learner, episode = toy_ppo_learner(toy_model, config)
         assert learner._clip_in_step  # a CPU model in float32: the fused kernel
         learner._clip_in_step = in_step
-        learner.learn(episode)
+        grad_norms[in_step] = learner.learn(episode).get("grad_norm")
         weights[in_step] = learner.trainable_state_dict()
     initial = load_causal_lm(str(toy_model)).state_dict()
     assert not torch.equal(weights[True]["lm.model.norm.weight"], initial["model.norm.weight"])  # it trained
+    if max_grad_norm is not None:  # both paths log the norm before clipping
+        assert grad_norms[True] == pytest.approx(grad_norms[False], rel=1e-4)
     for name, weight in weights[True].items():
         if max_grad_norm == 1e-3:  # clipping acts at every step
             torch.testing.assert_close(weight, weights[False][name], rtol=1e-5, atol=1e-7)
         else:
             assert torch.equal(weight, weights[False][name]), name
+
+
+def test_grad_norm_is_the_mean_norm_before_clipping_and_explained_variance_is_logged(toy_model):
+    from agents.ppo import PPOConfig
+
+    config = PPOConfig(mini_batch_size=2, ppo_epochs=2, learning_rate=1e-3, max_grad_norm=1e-3)
+    learner, episode = toy_ppo_learner(toy_model, config)
+    seen = []  # the gradients' norm as each step reads them (the fused kernel clips while reading)
+    learner.optimizer.register_step_pre_hook(
+        lambda *_: seen.append(float(torch.nn.utils.get_total_norm([p.grad for p in learner._params])))
+    )
+    stats = learner.learn(episode)
+    assert len(seen) == 4 and min(seen) > 1e-3  # 2 epochs x 2 minibatches, every one clipped
+    assert stats["grad_norm"] == pytest.approx(np.mean(seen), rel=1e-5)
+    assert np.isfinite(stats["explained_variance"]) and stats["explained_variance"] <= 1  # by hand: test_ppo_math
+    unclipped, episode = toy_ppo_learner(toy_model, PPOConfig(mini_batch_size=2, max_grad_norm=None))
+    assert "grad_norm" not in unclipped.learn(episode)  # not computed when nothing is clipped
 
 
 def test_scoring_passes_keep_exactly_the_columns_that_predict_the_response(toy_model):
