@@ -329,6 +329,7 @@ class Trainer:
             knowledge_transfer=not config.no_knowledge_transfer,
             with_observer=config.algo == "cory",
         )
+        base.check_prompts()  # a prompt too long for --context-length fails now, not at the episode that draws it
         self.game = base
         if config.algo == "cory":
             period = None if config.no_role_exchange else config.role_exchange_period

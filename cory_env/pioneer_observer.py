@@ -110,7 +110,7 @@ from gymnasium.utils import seeding
 from pettingzoo import AECEnv, ParallelEnv
 from pettingzoo.utils import AgentSelector, conversions, wrappers
 
-from cory_env.prompts import Prompt, PromptSource, as_prompt_source
+from cory_env.prompts import Prompt, PromptList, PromptSource, as_prompt_source
 from cory_env.rewards.base import RewardFunction, score_responses
 from cory_env.templates import (
     SENTIMENT_OBSERVER,
@@ -295,6 +295,37 @@ class PioneerObserverEnv(AECEnv):
         # rather than fail in the middle of the episode.
         reserved = self.max_new_tokens if self.knowledge_transfer else 0
         self._check_fits(OBSERVER, [render(self.observer_template, q, "") for q in self.queries], reserved)
+
+    def check_prompts(self, prompts: Sequence[Prompt | str] | None = None) -> None:
+        """Check that every prompt fits the context with the longest responses (``max_new_tokens``'
+        upper end, for the observer also the pioneer's), instead of at the episode that draws one.
+
+        ``prompts`` defaults to the whole prompt source when it is a list (:class:`PromptList`);
+        other sources are not enumerated. Raises :class:`PromptTooLongError` naming how many do
+        not fit, the longest, and the ``context_length`` that would hold them all.
+        """
+        if prompts is None:
+            if not isinstance(self.prompt_source, PromptList):
+                return
+            prompts = self.prompt_source.prompts
+        queries = [p.query if isinstance(p, Prompt) else str(p) for p in prompts]
+        hi = self.max_new_tokens_range[1]
+        roles = [(PIONEER, [render(self.pioneer_template, q) for q in queries], hi)]
+        if OBSERVER in self.possible_agents:
+            reserved = hi if self.knowledge_transfer else 0
+            roles.append((OBSERVER, [render(self.observer_template, q, "") for q in queries], hi + reserved))
+        for role, texts, extra in roles:
+            lengths = np.array([len(row) for row in self.tokenizer(texts)["input_ids"]]) + extra
+            over = np.flatnonzero(lengths > self.context_length)
+            if over.size:
+                worst = int(over[np.argmax(lengths[over])])
+                raise PromptTooLongError(
+                    f"{over.size} of {len(texts)} prompts do not fit context_length={self.context_length} as the "
+                    f"{role}'s prompt with {extra} tokens of responses (max_new_tokens up to {hi}); the longest needs "
+                    f"{int(lengths[worst])}, for the query {queries[worst][:120]!r}. Raise context_length to "
+                    f"{int(lengths.max())} "
+                    f"(at most the model's window), lower max_new_tokens, or drop the longest prompts."
+                )
 
     def _check_fits(self, role: str, texts: list[str], reserved: int = 0) -> list[list[int]]:
         """Tokenize prompts and check each, plus ``reserved`` tokens, leaves room for a response."""

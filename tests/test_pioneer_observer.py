@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pettingzoo
@@ -274,6 +275,20 @@ def test_prompt_longer_than_the_context(make_env):
     env = make_env(None, prompts=["word " * 25], context_length=64, max_new_tokens=4)
     with pytest.raises(PromptTooLongError, match="observer's prompt"):
         env.reset(seed=0)
+
+
+def test_every_prompt_of_a_list_is_checked_at_once(make_env):
+    prompts = ["short one", "word " * 26, "word " * 30, "also short"]
+    env = make_env(None, prompts=prompts, context_length=64, max_new_tokens=(2, 4))
+    # The observer's worst case: its template holds the query twice, then up to 4 + 4 tokens of responses.
+    expected = r"2 of 4 prompts .* observer's prompt .*query 'word word.*Raise context_length to \d+"
+    with pytest.raises(PromptTooLongError, match=expected) as err:
+        env.unwrapped.check_prompts()
+    needed = int(re.search(r"Raise context_length to (\d+)", str(err.value)).group(1))
+    make_env(None, prompts=prompts, context_length=needed, max_new_tokens=(2, 4)).unwrapped.check_prompts()  # enough
+    with pytest.raises(PromptTooLongError):
+        make_env(None, prompts=prompts, context_length=needed - 1, max_new_tokens=(2, 4)).unwrapped.check_prompts()
+    make_env(None, prompts=prompts[:1] + prompts[3:], context_length=64).unwrapped.check_prompts()  # all fit
 
 
 def test_context_longer_than_the_model_window(gpt2_tokenizer):

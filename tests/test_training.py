@@ -188,6 +188,14 @@ def test_sigterm_finishes_the_iteration_saves_a_checkpoint_and_the_resume_is_exa
     assert (stopped / "model" / "llm_0" / "model.safetensors").is_file()
 
 
+def test_a_prompt_too_long_for_the_context_fails_before_the_first_episode(toy_model, tmp_path):
+    from cory_env import PromptTooLongError
+
+    config = toy_config(toy_model, tmp_path, algo="ppo", context_length=32)
+    with pytest.raises(PromptTooLongError, match="1 of 4 prompts do not fit context_length=32"):
+        Trainer(config, prompts=[*PROMPTS, "the movie was " * 10], reward_fn=fraction_good)
+
+
 def test_a_new_run_does_not_silently_replace_an_old_one(toy_model, tmp_path):
     config = toy_config(toy_model, tmp_path, algo="ppo", iterations=1)
     Trainer(config, prompts=PROMPTS, reward_fn=fraction_good).train(progress=False)
