@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,28 @@ def generate_positions(attention_mask: torch.Tensor) -> torch.Tensor:
     """Position ids of left-padded contexts as ``generate`` gives them: each real token's count
     of real tokens before it (padding gets 0, which nothing attends to)."""
     return (attention_mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def forward_inputs(
+    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: torch.Tensor
+) -> tuple[dict[str, Any], Callable[[torch.Tensor], torch.Tensor]]:
+    """Keyword arguments of a forward pass of ``model`` over ``(B, W)`` left-padded contexts that
+    keeps the outputs of the columns ``keep`` (increasing), and the function that shapes those
+    outputs ``(B, len(keep), ...)``: padding-free (:mod:`agents.padding_free`) when ``model`` has it
+    enabled and the masks allow (``inputs["packed"]`` is then the packed batch), else the padded
+    batch with positions counting real tokens only, as ``generate``."""
+    packed = padding_free.PackedBatch.pack(input_ids, attention_mask, keep) if padding_free.is_enabled(model) else None
+    if packed is not None:
+        inputs = dict(input_ids=packed.input_ids, attention_mask=None, position_ids=packed.position_ids,
+                      logits_to_keep=packed.logits_to_keep, packed=packed)  # fmt: skip
+        return inputs, packed.unpack
+    inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=generate_positions(attention_mask),
+                  logits_to_keep=keep)  # fmt: skip
+    return inputs, _as_is
+
+
+def _as_is(x: torch.Tensor) -> torch.Tensor:
+    return x
 
 
 def sample_categorical(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -163,40 +186,18 @@ class LMActor:
         device = self.device
         ids = torch.tensor(np.atleast_2d(observation["input_ids"])[:, -new:], device=device)
         mask = torch.tensor(np.atleast_2d(observation["attention_mask"])[:, -(past + new) :], device=device)
-        if past == 0 and padding_free.is_enabled(self.model):
-            packed = padding_free.PackedBatch.pack(ids, mask, keep=torch.tensor([new - 1], device=device))
-            if packed is not None:
-                self._cached_length[agent] = new
-                return self._prefill_packed(packed, mask, self._caches[agent])
-        positions = generate_positions(mask)[:, -new:]
+        if past == 0:  # a turn's prompts: padding-free where the model and masks allow
+            inputs, unpack = forward_inputs(self.model, ids, mask, keep=torch.tensor([new - 1], device=device))
+        else:  # a token step: only the next token's logits
+            inputs = dict(input_ids=ids, attention_mask=mask, position_ids=generate_positions(mask)[:, -new:],
+                          logits_to_keep=1)  # fmt: skip
+            unpack = _as_is
+        cache = self._caches[agent]
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            out = self.model(
-                input_ids=ids,
-                attention_mask=mask,
-                position_ids=positions,
-                cache=self._caches[agent],
-                use_cache=True,
-                logits_to_keep=1,  # only the next token's logits, even when prefilling a prompt
-            )
+            out = self.model(**inputs, cache=cache, use_cache=True)
+        if (packed := inputs.get("packed")) is not None:
+            # The cache as a padded prefill leaves it, so the token steps that follow run as usual.
+            for layer in cache.layers:
+                layer.keys, layer.values = packed.left_pad(layer.keys, mask), packed.left_pad(layer.values, mask)
         self._cached_length[agent] = past + new
-        return out.logits[:, -1, :].float()
-
-    def _prefill_packed(self, packed: padding_free.PackedBatch, mask: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
-        """Prefill the prompts padding-free (:mod:`agents.padding_free`: each context's real tokens
-        only, and the tokens contexts start with in common, such as a template's head or a GRPO
-        group's prompt, once), then lay the cache out as a padded prefill leaves it, so the
-        token steps that follow run as usual. Returns the next-token logits ``(B, V)``."""
-        device = mask.device
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            out = self.model(
-                input_ids=packed.input_ids,
-                attention_mask=None,
-                position_ids=packed.position_ids,
-                packed=packed,
-                cache=cache,
-                use_cache=True,
-                logits_to_keep=packed.logits_to_keep,
-            )
-        for layer in cache.layers:
-            layer.keys, layer.values = packed.left_pad(layer.keys, mask), packed.left_pad(layer.values, mask)
-        return packed.unpack(out.logits)[:, -1, :].float()
+        return unpack(out.logits)[:, -1, :].float()

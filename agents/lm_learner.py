@@ -31,12 +31,11 @@ import torch
 from torch import nn
 from trl.trainer.utils import selective_log_softmax
 
-from agents import padding_free
 from agents.distributed import DataParallel
 from agents.fsdp import is_sharded
 from agents.kl import AdaptiveKLController, FixedKLController, kl_per_token
 from agents.learner import Episode
-from agents.lm_actor import LMActor, generate_positions
+from agents.lm_actor import LMActor, forward_inputs
 
 
 def predicting_columns(width: int, T: int, device: torch.device | str | None = None) -> torch.Tensor:
@@ -53,21 +52,8 @@ def response_inputs(
 ) -> tuple[dict[str, Any], Callable[[torch.Tensor], torch.Tensor]]:
     """Keyword arguments of a forward pass of ``model`` whose outputs predict the last ``T`` tokens
     (the response) of ``(B, W)`` left-padded contexts, and the function that shapes those outputs
-    ``(B, T, ...)``: padding-free (:mod:`agents.padding_free`) when ``model`` has it enabled and the
-    masks allow, else the padded batch with positions counting real tokens only, as ``generate``."""
-    keep = predicting_columns(input_ids.shape[1], T, input_ids.device)
-    packed = padding_free.PackedBatch.pack(input_ids, attention_mask, keep) if padding_free.is_enabled(model) else None
-    if packed is not None:
-        inputs = dict(input_ids=packed.input_ids, attention_mask=None, position_ids=packed.position_ids,
-                      logits_to_keep=packed.logits_to_keep, packed=packed)  # fmt: skip
-        return inputs, packed.unpack
-    inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=generate_positions(attention_mask),
-                  logits_to_keep=keep)  # fmt: skip
-    return inputs, _as_is
-
-
-def _as_is(x: torch.Tensor) -> torch.Tensor:
-    return x
+    ``(B, T, ...)``: :func:`~agents.lm_actor.forward_inputs` at :func:`predicting_columns`."""
+    return forward_inputs(model, input_ids, attention_mask, predicting_columns(input_ids.shape[1], T, input_ids.device))
 
 
 def response_logits(lm: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, T: int) -> torch.Tensor:
@@ -232,7 +218,7 @@ class LMLearner:
         """``grad_norm``: the mean over this update's optimizer steps of the gradient norm before
         clipping (computed for the clipping anyway: absent with ``max_grad_norm=None``)."""
         norms, self._grad_norms = self._grad_norms, []
-        return {"grad_norm": float(torch.stack([n.float().cpu() for n in norms]).mean())} if norms else {}
+        return {"grad_norm": float(torch.stack(norms).float().mean())} if norms else {}  # one device sync
 
     # ------------------------------------------------------------------ checkpoints
     def trainable_state_dict(self) -> dict[str, torch.Tensor]:

@@ -597,7 +597,7 @@ class Trainer:
                 bar.set_postfix(_postfix(metrics), refresh=False)
                 bar.update(1)
                 # A stop signal in any process stops them all after this iteration (a collective).
-                stopping = dp.sum({"stop": bool(stop.signal)})["stop"] > 0 if dp.is_distributed else bool(stop.signal)
+                stopping = dp.sum({"stop": bool(stop.signal)})["stop"] > 0
                 if self.iteration % c.checkpoint_every == 0 or self.iteration == c.iterations or stopping:
                     state = self.state_dict()  # collective in a data-parallel run
                     if main:
