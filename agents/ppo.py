@@ -35,6 +35,7 @@ class PPOConfig:
     """PPO hyperparameters (defaults: the CORY paper's IMDB column, scaled for a CPU)."""
 
     learning_rate: float = 1.41e-5  # Adam learning rate
+    value_learning_rate: float | None = None  # the value head's own Adam learning rate (None: learning_rate)
     mini_batch_size: int = 8  # conversations per gradient step (divides the batch)
     gradient_accumulation_steps: int = 1  # minibatches per optimizer step
     ppo_epochs: int = 4  # passes over each batch
@@ -62,6 +63,8 @@ class PPOConfig:
         for name in ("mini_batch_size", "gradient_accumulation_steps", "ppo_epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.value_learning_rate is not None and self.value_learning_rate <= 0:
+            raise ValueError(f"value_learning_rate must be positive (or None: learning_rate), got {self.value_learning_rate}")
 
 
 class RunningMoments:
@@ -115,8 +118,13 @@ class PPOLearner(LMLearner):
         sampling: dict[str, Any] | None = None,
         data_parallel: DataParallel | None = None,
     ):
+        params: list[Any] = model.trainable_parameters()
+        if config.value_learning_rate is not None:  # the critic's linear head learns at its own rate
+            head = {id(p) for p in model.v_head.parameters()}
+            params = [{"params": [p for p in params if id(p) not in head]},
+                      {"params": list(model.v_head.parameters()), "lr": config.value_learning_rate}]  # fmt: skip
         super().__init__(
-            model, reference, config, acting_model=model.lm, params=model.trainable_parameters(),
+            model, reference, config, acting_model=model.lm, params=params,
             kl_coef=config.init_kl_coef, seed=seed, sampling=sampling, data_parallel=data_parallel,
         )  # fmt: skip
         self.score_moments = RunningMoments()

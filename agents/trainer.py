@@ -121,6 +121,7 @@ class TrainConfig:
     gradient_accumulation_steps: int = _f(1, "minibatches per optimizer step")
     ppo_epochs: int = _f(4, "passes over each batch (PPO epochs; grpo/rloo: num_iterations)")
     lr: float = _f(1.41e-5, "Adam learning rate")
+    value_lr: float = _f(0.0, "ppo: Adam learning rate of the value head (0: --lr)")
     kl_coef: float = _f(0.3, "KL coefficient eta (initial value if adaptive); grpo: beta of the k3 loss term, rloo: of the summed KL in the reward")
     adaptive_kl: bool = _f(False, "adapt the KL coefficient towards --target-kl")
     target_kl: float = _f(6.0, "target KL (summed over the response) of the adaptive controller")
@@ -168,7 +169,7 @@ class TrainConfig:
 
     def ppo_config(self) -> PPOConfig:
         return PPOConfig(
-            learning_rate=self.lr, mini_batch_size=self.mini_batch_size,
+            learning_rate=self.lr, value_learning_rate=self.value_lr or None, mini_batch_size=self.mini_batch_size,
             gradient_accumulation_steps=self.gradient_accumulation_steps, ppo_epochs=self.ppo_epochs,
             gamma=self.gamma, lam=self.lam, cliprange=self.cliprange, cliprange_value=self.cliprange_value,
             vf_coef=self.vf_coef, init_kl_coef=self.kl_coef, adaptive_kl=self.adaptive_kl, target_kl=self.target_kl,

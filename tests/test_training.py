@@ -458,3 +458,36 @@ def test_scoring_passes_keep_exactly_the_columns_that_predict_the_response(toy_m
     assert predicting_columns(9, T).tolist() == [4, 5, 6, 7]
     torch.testing.assert_close(logits, last_logits[:, :-1])
     torch.testing.assert_close(values, last_values[:, :-1])
+
+
+def test_the_critic_starts_at_zero_so_the_first_advantages_are_the_reward_to_go(toy_model):
+    """A random value head's noise was 95% of the first advantages' variance on the embedded model
+    (docs/why-it-learns.md): a fresh head predicts 0 everywhere, and learns from the first update on."""
+    from agents.advantages import gae
+    from agents.kl import token_rewards
+    from agents.ppo import PPOConfig
+
+    learner, episode = toy_ppo_learner(toy_model, PPOConfig(mini_batch_size=4, ppo_epochs=1, learning_rate=1e-3))
+    T = episode.response_width
+    _, values = learner._forward(episode.input_ids, episode.attention_mask, T)
+    assert torch.equal(values, torch.zeros_like(values))
+    mask = episode.attention_mask[:, -T:].float()
+    rewards = token_rewards(torch.tensor(episode.scores, dtype=torch.float32), torch.zeros_like(mask), mask, 0.0)
+    advantages, _ = gae(rewards, values.detach(), mask, 1.0, 0.95)
+    # the reward sits at the last token: with V = 0 the advantage at t is lam^(T-1-t) times it
+    expected = torch.tensor(episode.scores, dtype=torch.float32)[:, None] * 0.95 ** torch.arange(T - 1, -1, -1.0)
+    torch.testing.assert_close(advantages, expected)
+    learner.learn(episode)
+    assert learner.model.v_head.weight.abs().max() > 0  # the critic learns
+
+
+def test_the_value_head_can_learn_at_its_own_rate(toy_model):
+    from agents.ppo import PPOConfig
+
+    learner, _ = toy_ppo_learner(toy_model, PPOConfig(learning_rate=1e-6, value_learning_rate=1e-3))
+    head = {id(p) for p in learner.model.v_head.parameters()}
+    rates = {(id(p) in head, g["lr"]) for g in learner.optimizer.param_groups for p in g["params"]}
+    assert rates == {(False, 1e-6), (True, 1e-3)}
+    assert len(learner._params) == len(list(learner.model.trainable_parameters()))  # every weight once
+    with pytest.raises(ValueError, match="value_learning_rate must be positive"):
+        PPOConfig(value_learning_rate=0.0)
