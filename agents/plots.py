@@ -7,6 +7,10 @@
   metric, mean over seeds with a ±std band (population std over seeds). A run with several
   learners (CORY's ``llm_0`` and ``llm_1``) counts as the mean over its learners at each
   iteration, so PPO and CORY are compared one curve per seed each.
+- ``plot_kl_vs_reward({"PPO": [df, ...], "CORY": [...]}, "kl_vs_reward.png")``: the
+  trade-off as a trajectory, KL on x and task reward on y, one line per method and learner
+  (and the mean of a run's learners), each point the mean over seeds at one iteration. The
+  paper's claim reads off it: a line further left reaches a reward at a lower KL.
 
 Figures are ``matplotlib.figure.Figure`` objects rendered by the Agg canvas: no display and
 no pyplot global state, so plotting works on headless machines and inside training jobs.
@@ -100,6 +104,63 @@ def plot_comparison(
         if ax.lines:
             ax.legend()
     fig.suptitle("mean ± std over seeds")
+    fig.tight_layout()
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_path, dpi=100)
+    return out_path
+
+
+def _per_iteration(df: pd.DataFrame, columns: Sequence[str]) -> pd.Series:
+    """The mean of ``columns`` at each iteration; a re-logged iteration counts once (its last row)."""
+    return df.set_index("iteration")[list(columns)].mean(axis=1).groupby(level=0).last()
+
+
+def plot_kl_vs_reward(
+    runs: dict[str, Sequence[pd.DataFrame]],
+    out_path: str | Path,
+    x: str = "kl",
+    y: str = "task_reward_mean",
+) -> Path:
+    """KL against task reward over training: one line per label and learner, mean over seeds.
+
+    ``runs`` maps a label ("PPO", "CORY") to its runs' metrics (``read_metrics``), one per
+    seed. Each line joins the iterations in order, at (mean over seeds of ``x``, mean over
+    seeds of ``y``); a circle marks the first iteration, a square the last. A run with several
+    learners gets a line per learner and a thicker one for the mean of its learners.
+    """
+    fig = Figure(figsize=(6, 4.5))
+    ax = fig.subplots()
+    for label, dfs in runs.items():
+        learners = sorted({name for df in dfs for name in learner_columns(df, x) if f"{name}/{y}" in df})
+        lines = {learner: [learner] for learner in learners}
+        if len(learners) > 1:
+            lines[f"mean of {len(learners)} learners"] = learners
+        for name, members in lines.items():
+            seeds_x, seeds_y = [], []
+            for df in dfs:
+                if all(f"{m}/{x}" in df and f"{m}/{y}" in df for m in members):
+                    seeds_x.append(_per_iteration(df, [f"{m}/{x}" for m in members]))
+                    seeds_y.append(_per_iteration(df, [f"{m}/{y}" for m in members]))
+            if not seeds_x:
+                continue
+            curve = pd.DataFrame({
+                "x": pd.concat(seeds_x, axis=1).mean(axis=1), "y": pd.concat(seeds_y, axis=1).mean(axis=1),
+            }).sort_index().dropna()  # fmt: skip
+            if curve.empty:
+                continue
+            n = len(seeds_x)
+            legend = f"{label} {name} ({n} seed{'s' * (n > 1)})"
+            whole = len(members) == len(learners)  # the run's one learner, or the mean of all
+            style = {"linewidth": 2.2} if whole else {"linewidth": 1.0, "linestyle": "--"}
+            (line,) = ax.plot(curve["x"], curve["y"], label=legend, **style)
+            ax.plot(curve["x"].iloc[0], curve["y"].iloc[0], "o", color=line.get_color())
+            ax.plot(curve["x"].iloc[-1], curve["y"].iloc[-1], "s", color=line.get_color())
+    ax.set(xlabel=RUN_PLOTS.get(x, (x,))[0], ylabel=RUN_PLOTS.get(y, (y,))[0],
+           title="mean over seeds per iteration (circle: first, square: last)")  # fmt: skip
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize="small")
     fig.tight_layout()
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from scipy import stats
 
+from agents.plots import plot_kl_vs_reward
 from agents.reward_benchmark import main
 
 from .toy import save_tiny_llama, toy_tokenizer
@@ -86,8 +88,96 @@ def test_report_rows_and_values(benchmark):
     assert evaluation["policy"]["iterations_trained"] == 2 and evaluation["num_prompts"] == 4
     md = (out / "report.md").read_text()
     assert "| cory | llm_1" in md and "distinct-2" in md and " ± " in md and "![kl](kl.png)" in md
-    for png in ("task_reward.png", "kl.png", "combined_reward.png"):
+    assert report["plots"] == ["task_reward.png", "kl.png", "combined_reward.png", "kl_vs_reward.png"]
+    assert "![kl_vs_reward](kl_vs_reward.png)" in md
+    for png in report["plots"]:
         assert (out / png).read_bytes()[:8] == PNG_MAGIC
+
+
+T_975_DOF1 = math.tan(0.475 * math.pi)  # Student t with 1 dof is Cauchy: 12.7062
+
+
+def test_report_intervals_over_seeds(benchmark):
+    _, out, _, _ = benchmark
+    report = json.loads((out / "report.json").read_text())
+    assert report["confidence"] == 0.95
+    for row in report["summary"]:
+        for part in ("train", "eval"):
+            for m in ("task_reward_mean", "kl", "combined_reward"):
+                cell = row[part][m]
+                # 2 seeds: s / sqrt(2) = |v0 - v1| / 2, so the interval is mean ± 12.7062 |v0 - v1| / 2
+                v0, v1 = cell["values"]
+                half = T_975_DOF1 * abs(v0 - v1) / 2
+                assert (cell["ci_low"], cell["ci_high"]) == pytest.approx((cell["mean"] - half, cell["mean"] + half))
+        assert row["eval"]["kl"]["ci_low"] < row["eval"]["kl"]["mean"] < row["eval"]["kl"]["ci_high"]
+    md = (out / "report.md").read_text()
+    assert "95% t-interval" in md
+    kl = next(r for r in report["summary"] if r["algo"] == "ppo")["eval"]["kl"]
+    assert f"{kl['mean']:.3f} ± {kl['std']:.3f} [{kl['ci_low']:.3f}, {kl['ci_high']:.3f}]" in md
+
+
+def test_report_tests_cory_against_ppo(benchmark):
+    _, out, _, _ = benchmark
+    report = json.loads((out / "report.json").read_text())
+    rows = {(r["algo"], r["learner"]): r for r in report["summary"]}
+    ppo = rows["ppo", "pioneer"]
+    compared = [(c["algo"], c["learner"]) for c in report["comparisons"]]
+    assert compared == [("cory", "llm_0"), ("cory", "llm_1"), ("cory", "mean")]
+    for c in report["comparisons"]:
+        assert c["baseline"] == {"algo": "ppo", "learner": "pioneer"}
+        cory = rows[c["algo"], c["learner"]]
+        for part in ("train", "eval"):
+            assert set(c[part]) == {"task_reward_mean", "kl", "combined_reward"}
+            for m, test in c[part].items():
+                a, b = cory[part][m]["values"], ppo[part][m]["values"]
+                assert test["difference"] == pytest.approx(sum(a) / 2 - sum(b) / 2)
+                if test["p_value"] is None:  # both algorithms constant over seeds: nothing to test
+                    assert len(set(a)) == 1 and len(set(b)) == 1, (c["learner"], part, m)
+                    continue
+                expected = stats.ttest_ind(a, b, equal_var=False)
+                assert (test["t"], test["p_value"]) == pytest.approx((expected.statistic, expected.pvalue))
+                assert test["ci_low"] < test["difference"] < test["ci_high"]
+            assert c[part]["kl"]["p_value"] is not None  # the KL always differs between seeds
+    md = (out / "report.md").read_text()
+    assert "Welch's t-test" in md and md.count("| cory | llm_0   | ppo pioneer") == 2  # training and evaluation
+    kl = report["comparisons"][0]["eval"]["kl"]
+    assert f"{kl['difference']:.3f} [{kl['ci_low']:.3f}, {kl['ci_high']:.3f}], p " in md
+
+
+def test_report_reward_rise(benchmark):
+    _, out, _, _ = benchmark
+    report = json.loads((out / "report.json").read_text())
+    # 2 iterations: k = 1, the last iteration against the first; B = --batch-size 4 per learner.
+    metrics = pd.read_csv(out / "ppo" / "seed0" / "metrics.csv")
+    m0, m1 = metrics["pioneer/task_reward_mean"]
+    s0, s1 = metrics["pioneer/task_reward_std"]
+    rise = report["runs"]["ppo/seed0"]["reward_rise"]["pioneer"]
+    assert rise["difference"] == pytest.approx(m1 - m0)
+    assert rise["se"] == pytest.approx(math.sqrt((s0**2 + s1**2) / 4))
+    if rise["se"] > 0:
+        assert rise["z"] == pytest.approx((m1 - m0) / rise["se"])
+    # CORY's mean of learners: the mean curve, variance (s_0^2 + s_1^2) / (4 B) per iteration
+    cory = pd.read_csv(out / "cory" / "seed1" / "metrics.csv")
+    mean = (cory["llm_0/task_reward_mean"] + cory["llm_1/task_reward_mean"]) / 2
+    var = (cory["llm_0/task_reward_std"] ** 2 + cory["llm_1/task_reward_std"] ** 2) / (4 * 4)
+    rise = report["runs"]["cory/seed1"]["reward_rise"]["mean"]
+    assert rise["difference"] == pytest.approx(mean[1] - mean[0])
+    assert rise["se"] == pytest.approx(math.sqrt(var[0] + var[1]))
+    for row in report["summary"]:
+        per_seed = [report["runs"][f"{row['algo']}/seed{s}"]["reward_rise"][row["learner"]]["z"] for s in (0, 1)]
+        assert row["reward_rise"]["k"] == 1
+        assert row["reward_rise"]["z"]["values"] == [None if z is None else pytest.approx(z) for z in per_seed]
+    assert "reward rise z" in (out / "report.md").read_text()
+
+
+def test_kl_vs_reward_plot_takes_metrics_frames(tmp_path):
+    ppo = pd.DataFrame({"iteration": [0, 1, 1, 2], "pioneer/kl": [0.0, 0.5, 0.6, 1.0],
+                        "pioneer/task_reward_mean": [0.1, 0.2, 0.3, 0.4]})  # iteration 1 logged twice
+    cory = pd.DataFrame({"iteration": [0, 1], "llm_0/kl": [0.0, 0.2], "llm_0/task_reward_mean": [0.1, 0.3],
+                         "llm_1/kl": [0.0, 0.4], "llm_1/task_reward_mean": [0.1, 0.2]})
+    no_kl = pd.DataFrame({"iteration": [0], "tokens_per_s": [9.0]})  # nothing to draw: skipped
+    path = plot_kl_vs_reward({"PPO": [ppo, ppo], "CORY": [cory], "other": [no_kl]}, tmp_path / "a" / "kl.png")
+    assert path == tmp_path / "a" / "kl.png" and path.read_bytes()[:8] == PNG_MAGIC
 
 
 def test_refuses_to_mix_or_shorten_benchmarks(benchmark):
