@@ -25,10 +25,14 @@ import argparse
 import logging
 import signal
 import sys
+from pathlib import Path
 
 from transformers import HfArgumentParser
 
 from agents.export import MODEL_DIR
+from agents.metrics import read_metrics
+from agents.plots import learner_columns
+from agents.statistics import reward_rise
 from agents.trainer import TrainConfig, Trainer
 
 
@@ -39,6 +43,22 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefa
 def build_parser() -> HfArgumentParser:
     """The command line: one flag per TrainConfig field, its help text from the field (also docs/cli.md)."""
     return HfArgumentParser(TrainConfig, description=__doc__, formatter_class=_HelpFormatter)
+
+
+def learning_summary(out: Path, batch_size: int, k: int = 3) -> list[str]:
+    """One line per learner: task reward and KL at the start and at the end of the run (the means of
+    the first and the last ``k`` iterations), and the rise in standard errors (agents.statistics)."""
+    df = read_metrics(out)
+    k = min(k, len(df) // 2)
+    if k < 1:
+        return []
+    lines = []
+    for learner, col in learner_columns(df, "task_reward_mean").items():
+        rise = reward_rise(df[col], df[f"{learner}/task_reward_std"], batch_size, k)
+        kl = df[f"{learner}/kl"]
+        lines.append(f"{learner}: task reward {rise['first']:.3f} -> {rise['last']:.3f} ({rise['z']:+.1f} standard errors), "
+                     f"KL {kl[:k].mean():.3f} -> {kl[-k:].mean():.3f}")  # fmt: skip
+    return [f"start -> end (means of the first and the last {k} iterations):", *lines]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -55,6 +75,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(128 + getattr(signal.Signals, trainer.stopped_by, signal.SIGTERM).value)
     if not trainer.data_parallel.is_main_process:
         return
+    print("", *learning_summary(out, trainer.config.batch_size * trainer.data_parallel.num_processes), sep="\n")
     print(f"\nmetrics: {out / 'metrics.csv'}  samples: {out / 'samples.jsonl'}")
     print(f"plots:   {out / 'task_reward.png'}, {out / 'kl.png'}, {out / 'combined_reward.png'}")
     print(f"checkpoints: {out / 'checkpoints'} (resume with --resume --out {out})")

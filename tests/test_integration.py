@@ -70,3 +70,20 @@ def test_registered_environment_defaults_to_the_embedded_sentiment_task(embedded
     assert raw.vocab_size == len(embedded_tokenizer) == 49152
     assert all(2 <= len(embedded_tokenizer(q)["input_ids"]) <= 9 for q in raw.queries)  # review prefixes
     assert raw.reward_fn.__name__ == "vader_sentiment"
+
+
+@pytest.mark.slow
+def test_ppo_at_the_default_settings_raises_the_embedded_models_sentiment(tmp_path):
+    """The training defaults learn on the real model (docs/why-it-learns.md): single-agent PPO,
+    30 iterations at seed 0, the task reward's last 3 iterations above its first 3 by 2 standard errors."""
+    import pandas as pd
+
+    from agents.statistics import reward_rise
+    from agents.trainer import TrainConfig, Trainer
+
+    config = TrainConfig(algo="ppo", iterations=30, seed=0, out=str(tmp_path), tensorboard=False, save_model=False,
+                         checkpoint_every=100)  # fmt: skip
+    Trainer(config).train(progress=False)
+    metrics = pd.read_csv(tmp_path / "metrics.csv")
+    rise = reward_rise(metrics["pioneer/task_reward_mean"], metrics["pioneer/task_reward_std"], config.batch_size)
+    assert rise["z"] >= 2, (rise, metrics["pioneer/task_reward_mean"].round(3).tolist())

@@ -7,7 +7,7 @@ and suggested generation settings. Tasks are found by name:
 ========== ========================================= ================= ==============
 name       prompts                                   default reward    new tokens
 ========== ========================================= ================= ==============
-sentiment  first 2-7 tokens of a movie review        ``vader``         4-15
+sentiment  first 2-7 tokens of a movie review        ``vader``         12
 gsm8k      grade-school math questions (+ answers)   ``gsm8k``         128-256
 ========== ========================================= ================= ==============
 
@@ -138,8 +138,8 @@ register_task(
         pioneer_template=SENTIMENT_PIONEER,
         observer_template=SENTIMENT_OBSERVER,
         default_reward="vader",
-        min_new_tokens=4,
-        max_new_tokens=15,
+        min_new_tokens=12,  # fixed: a length limit drawn per batch moves the batch's VADER score with it
+        max_new_tokens=12,  # (the paper's 4-15: --preset paper-imdb; docs/why-it-learns.md)
         context_length=128,
         sources=("auto", "imdb", "rotten_tomatoes"),
         description="continue the first 2-7 tokens of a movie review positively (the paper's IMDB task)",
