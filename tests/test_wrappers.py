@@ -86,6 +86,8 @@ def test_role_exchange_swaps_exactly_on_schedule(make_env, period):
 def test_role_exchange_observation_and_order(make_env):
     env = RoleExchangeWrapper(make_env(2), period=1)
     for episode in range(2):
+        if episode:
+            play(env, random_policy(env), seed=episode)  # the first episode, played: a swap
         env.reset(seed=episode)
         pioneer = "llm_0" if episode == 0 else "llm_1"
         observer = "llm_1" if episode == 0 else "llm_0"
@@ -102,8 +104,31 @@ def test_role_exchange_none_never_swaps_and_resume(make_env):
         env.reset()
         assert env.roles == {"llm_0": "pioneer", "llm_1": "observer"}
     env = RoleExchangeWrapper(make_env(None), period=5)
-    env.episodes = 7  # resume: 7 iterations already done
+    env.episodes = 7  # resume: 7 episodes already played
     env.reset()
     assert env.roles["llm_1"] == "pioneer"
     with pytest.raises(ValueError, match="period"):
         RoleExchangeWrapper(make_env(None), period=0)
+
+
+@pytest.mark.parametrize("B", [None, 2])
+def test_role_exchange_counts_played_episodes_not_resets(make_env, B):
+    """Clients (TorchRL, Tianshou, PettingZoo's api_test) reset before they play: only an episode
+    whose last turn ended moves the schedule."""
+    env = RoleExchangeWrapper(make_env(B), period=1)
+    for _ in range(3):  # resets with nothing played
+        env.reset(seed=0)
+    assert env.episodes == 0 and env.roles["llm_0"] == "pioneer"
+    env.reset(seed=0)
+    env.step(env.action_space(env.agent_selection).sample())  # a turn begun, the episode not over
+    env.reset(seed=1)
+    assert env.episodes == 0 and env.roles["llm_0"] == "pioneer"
+    finals = play(env, random_policy(env), seed=2)  # played (dead steps included): counted once
+    assert env.episodes == 1 and finals["llm_0"][1]["role"] == "pioneer"
+    env.reset(seed=3)
+    assert env.roles["llm_1"] == "pioneer"
+    env.reset(seed=4)  # still nothing played in the new episode
+    assert env.episodes == 1 and env.roles["llm_1"] == "pioneer"
+    finals = play(env, random_policy(env), seed=5)
+    assert env.episodes == 2 and finals["llm_1"][1]["role"] == "pioneer"
+

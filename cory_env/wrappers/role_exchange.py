@@ -3,8 +3,10 @@
 CORY swaps the pioneer and observer models every ``T_REx`` iterations so that each
 learns both prompt formats and either can answer alone at test time. This wrapper
 renames the agents to two learners, ``llm_0`` and ``llm_1``, and swaps which one plays
-the pioneer every ``period`` episodes (in the batched form one episode, one ``reset``,
-is one training iteration).
+the pioneer every ``period`` played episodes (in the batched form one episode is one
+training iteration). An episode counts once it is played: when its last turn ends. A
+``reset`` with no episode played since the previous one (TorchRL, Tianshou and the
+PettingZoo API tests reset while they check an environment) does not move the schedule.
 
 Example:
     >>> from cory_env import env, RoleExchangeWrapper
@@ -12,13 +14,16 @@ Example:
     >>> for episode in range(4):  # doctest: +SKIP
     ...     e.reset()
     ...     print(e.roles)
+    ...     for learner in e.agent_iter():  # play the episode
+    ...         obs, reward, term, trunc, info = e.last()
+    ...         e.step(None if term or trunc else e.action_space(learner).sample())
     {'llm_0': 'pioneer', 'llm_1': 'observer'}
     {'llm_0': 'pioneer', 'llm_1': 'observer'}
     {'llm_0': 'observer', 'llm_1': 'pioneer'}
     {'llm_0': 'observer', 'llm_1': 'pioneer'}
 
 A learner's current role is ``infos[learner]["role"]`` and ``observation["role"]``
-(0 pioneer, 1 observer). To resume a run, set :attr:`episodes` (resets done so far)
+(0 pioneer, 1 observer). To resume a run, set :attr:`episodes` (episodes played so far)
 before the next ``reset``.
 """
 
@@ -55,8 +60,10 @@ class RoleExchangeWrapper(BaseWrapper):
         self._roles = roles
         self.period = period
         self.possible_agents = list(LEARNERS)
-        #: Resets done so far; the roles of the episode started by the next reset follow from it.
+        #: Episodes played so far (their last turn ended); the roles of the episode started by
+        #: the next reset follow from it.
         self.episodes = 0
+        self._counted = True  # no episode under way: nothing to count until a reset starts one
         self._to_role = dict(zip(LEARNERS, roles))
         self._to_learner = dict(zip(roles, LEARNERS))
         # A learner keeps its spaces whatever its role, so both roles must share them.
@@ -74,8 +81,19 @@ class RoleExchangeWrapper(BaseWrapper):
         first, second = LEARNERS[::-1] if self.exchanged(self.episodes) else LEARNERS
         self._to_role = {first: self._roles[0], second: self._roles[1]}
         self._to_learner = {r: learner for learner, r in self._to_role.items()}
-        self.episodes += 1
+        self._counted = False
         self.env.reset(seed=seed, options=options)
+
+    def step(self, action: Any) -> None:
+        self.env.step(action)
+        if not self._counted and self._played():
+            self._counted = True
+            self.episodes += 1
+
+    def _played(self) -> bool:
+        """Whether every role's last turn has ended (the dead steps may still follow)."""
+        ended = self.env.terminations, self.env.truncations
+        return all(any(d.get(role, False) for d in ended) for role in self._roles)
 
     @property
     def roles(self) -> dict[str, str]:
