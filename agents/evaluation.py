@@ -154,7 +154,8 @@ def _f(default: Any, help: str, **kw: Any) -> Any:
 class EvalConfig:
     """What to evaluate and how; each field is a flag of examples/evaluate.py. Empty means "the run's"."""
 
-    checkpoint: str = _f("", "a run folder (its newest checkpoint) or a checkpoint file checkpoints/iter_NNNNNN.pt")
+    checkpoint: str = _f("", "a run folder (its newest checkpoint) or a checkpoint file checkpoints/iter_NNNNNN.safetensors")
+    trust_checkpoint: bool = _f(False, "also load an old pickle checkpoint (iter_NNNNNN.pt): only your own files, a pickle can run code")
     model: str = _f("", "instead of --checkpoint: a model name or path, evaluated as it is (its KL is 0)")
     learner: str = _f("", "learners to evaluate, comma separated (CORY: llm_0,llm_1; PPO: pioneer); default: all")
     task: str = _f("", "task; default: the run's (sentiment for --model)")
@@ -194,14 +195,14 @@ def find_checkpoint(path: str | Path) -> Path:
         found = latest_checkpoint(path.parent if path.name == "checkpoints" else path)
     if found is None:
         raise FileNotFoundError(
-            f"no checkpoint at {path}: give a run folder holding checkpoints/iter_NNNNNN.pt (written by "
+            f"no checkpoint at {path}: give a run folder holding checkpoints/iter_NNNNNN.safetensors (written by "
             f"examples/train_cory.py), a checkpoint file, or use --model for a model name"
         )
     return found
 
 
 def run_folder(checkpoint: Path) -> Path:
-    """The run folder a checkpoint file belongs to (``<run>/checkpoints/iter_NNNNNN.pt``)."""
+    """The run folder a checkpoint file belongs to (``<run>/checkpoints/iter_NNNNNN.safetensors``)."""
     return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
 
 
@@ -383,7 +384,7 @@ def evaluate(config: EvalConfig, *, progress: bool = True, write: bool = True) -
     device = resolve_device(config.device)
     if config.checkpoint:
         path = find_checkpoint(config.checkpoint)
-        state = load_checkpoint(path)
+        state = load_checkpoint(path, trust=config.trust_checkpoint)
         run = train_config_from(state["config"])
         policy = {"checkpoint": str(path), "iterations_trained": int(state["iteration"]), "algo": run.algo,
                   "model": run.model}  # fmt: skip

@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from agents.checkpoint import latest_checkpoint
+from agents.checkpoint import checkpoint_iteration, latest_checkpoint
 from agents.evaluation import EvalConfig, evaluate, fmt, load_reward, markdown_table, write_json
 from agents.metrics import read_metrics
 from agents.plots import learner_columns, plot_comparison, plot_kl_vs_reward
@@ -125,7 +125,7 @@ def run_dir(out: str | Path, algo: str, seed: int) -> Path:
 def completed_iterations(folder: Path) -> int:
     """Iterations a run's newest checkpoint holds (0 without one)."""
     checkpoint = latest_checkpoint(folder)
-    return 0 if checkpoint is None else int(checkpoint.stem.removeprefix("iter_")) + 1
+    return 0 if checkpoint is None else checkpoint_iteration(checkpoint) + 1
 
 
 def _settings(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:

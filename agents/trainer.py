@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 from trl.trainer.utils import disable_dropout_in_model
 
 from agents import padding_free
-from agents.checkpoint import checkpoint_dir, latest_checkpoint, load_checkpoint, save_checkpoint
+from agents.checkpoint import checkpoint_dir, latest_checkpoint, load_latest, save_checkpoint
 from agents.cpu_linear import use_cpu_linear
 from agents.distributed import DataParallel, fingerprint
 from agents.export import MODEL_DIR, save_policies
@@ -149,6 +149,8 @@ class TrainConfig:
     resume: bool = _f(False, "continue from the newest checkpoint in --out")
     overwrite: bool = _f(False, "start over in an --out that already holds a run (its checkpoints are deleted)")
     checkpoint_every: int = _f(10, "save a checkpoint every N iterations (and at the end)")
+    keep_checkpoints: int = _f(1, "newest checkpoints kept; with 2, --resume can fall back if the newest is damaged")
+    trust_checkpoint: bool = _f(False, "--resume may load an old pickle checkpoint (iter_NNNNNN.pt): your own only")
     samples_per_iteration: int = _f(4, "sample generations per learner written to samples.jsonl")
     tensorboard: bool = _f(True, "also log to TensorBoard in --out")
     save_model: bool = _f(True, "at the end, write each learner's policy as a Hugging Face model to --out/model/<learner> (with --lora: its PEFT adapter), tokenizer included")
@@ -254,6 +256,9 @@ class Trainer:
             raise ValueError(
                 f"--batch-size {config.batch_size} must be a multiple of --mini-batch-size {config.mini_batch_size}"
             )
+        for name in ("checkpoint_every", "keep_checkpoints"):
+            if getattr(config, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(config, name)}")
         if config.learner not in LEARNERS:
             raise ValueError(f"learner must be one of {sorted(LEARNERS)} (or registered in LEARNERS), got {config.learner!r}")
         if config.learner in ("grpo", "rloo"):  # bad values fail now, not after loading the models
@@ -570,8 +575,10 @@ class Trainer:
             if main:
                 shutil.rmtree(checkpoint.parent)
             checkpoint = None
-        if checkpoint is not None:
-            state = load_checkpoint(checkpoint)  # every process loads the same file
+        loaded = load_latest(self.out, trust=c.trust_checkpoint) if checkpoint is not None else None
+        checkpoint = loaded[0] if loaded else None  # the newest intact one; every process loads the same file
+        if loaded:
+            state = loaded[1]
             check_resumable(state.get("config", {}), dataclasses.asdict(c), self.out)
             self.load_state_dict(state)
             if main:
@@ -602,7 +609,7 @@ class Trainer:
                 if self.iteration % c.checkpoint_every == 0 or self.iteration == c.iterations or stopping:
                     state = self.state_dict()  # collective in a data-parallel run
                     if main:
-                        save_checkpoint(self.out, it, state)
+                        save_checkpoint(self.out, it, state, keep=c.keep_checkpoints)
                 if stopping and self.iteration < c.iterations:
                     self.stopped_by = stop.signal or "a stop signal in another process"
                     break
@@ -629,7 +636,8 @@ class Trainer:
 #: Settings a resumed run may change: how far it runs, what it writes, and how it computes the
 #: same numbers (memory and speed switches). Any other change would not continue the same run.
 RESUMABLE_CHANGES = frozenset({
-    "iterations", "out", "resume", "overwrite", "checkpoint_every", "samples_per_iteration", "tensorboard",
+    "iterations", "out", "resume", "overwrite", "checkpoint_every", "keep_checkpoints", "trust_checkpoint",
+    "samples_per_iteration", "tensorboard",
     "save_model", "retain_freed_memory", "cpu_linear", "padding_free", "gradient_checkpointing",
     "gradient_checkpointing_observer",
 })  # fmt: skip

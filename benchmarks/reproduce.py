@@ -107,9 +107,10 @@ def iterations_done(out: Path) -> int:
 
 
 def checkpointed(out: Path) -> int:
-    """Iterations the newest checkpoint holds (0 without one), from its name ``iter_000041.pt``."""
-    names = sorted((out / "checkpoints").glob("iter_*.pt"))
-    return int(names[-1].stem.removeprefix("iter_")) + 1 if names else 0
+    """Iterations the newest checkpoint holds (0 without one), from its name ``iter_000041.safetensors``
+    (``.pt`` in the old format); read from names only, so that the report needs no torch."""
+    names = sorted(p.stem for suffix in ("safetensors", "pt") for p in (out / "checkpoints").glob(f"iter_*.{suffix}"))
+    return int(names[-1].removeprefix("iter_")) + 1 if names else 0
 
 
 def command(config: str, seed: int, iterations: int, root: Path, flags: list[str]) -> list[str]:

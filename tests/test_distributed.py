@@ -239,7 +239,8 @@ def test_sigterm_to_one_process_stops_both_after_the_same_iteration(toy_model, t
     _, stderr = launcher.communicate(timeout=300)
     done = len(pd.read_csv(metrics))
     assert done < 8, "the signal came too late to test a stop"
-    assert [p.name for p in (stopped / "checkpoints").iterdir()] == [f"iter_{done - 1:06d}.pt"], stderr[-3000:]
+    names = [p.name for p in (stopped / "checkpoints").iterdir()]
+    assert names == [f"iter_{done - 1:06d}.safetensors"], stderr[-3000:]
     assert len(load_checkpoint(latest_checkpoint(stopped))["processes"]) == 2
 
     accelerate_launch(launch_args(toy_model, stopped, *common, "--resume"))

@@ -229,7 +229,7 @@ def test_cli_end_to_end_with_grpo(toy_model, tmp_path):
         assert f"{learner}/value_loss" not in metrics
     for png in ("task_reward.png", "kl.png", "combined_reward.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert (out / "checkpoints" / "iter_000001.pt").exists()
+    assert (out / "checkpoints" / "iter_000001.safetensors").exists()
 
 
 def test_cli_help_lists_the_learners():
@@ -252,7 +252,7 @@ def test_resume_continues_exactly(toy_model, tmp_path, learner):
     b = pd.read_csv(tmp_path / "split" / "metrics.csv").drop(columns=timing)
     assert b["iteration"].tolist() == [0, 1, 2, 3]
     pd.testing.assert_frame_equal(a, b, check_exact=True)
-    saved = load_checkpoint(tmp_path / "split" / "checkpoints" / "iter_000003.pt")["learners"]["llm_1"]
+    saved = load_checkpoint(tmp_path / "split" / "checkpoints" / "iter_000003.safetensors")["learners"]["llm_1"]
     assert set(saved["model"]) == {n for n, _ in resumed.learners["llm_1"].model.named_parameters()}
     assert saved["kl_ctl"]["value"] != 0.05  # the adaptive coefficient moved (from --kl-coef) and was saved
 
@@ -261,7 +261,7 @@ def test_lora_checkpoint_holds_only_the_learners_own_adapter(toy_model, tmp_path
     config = toy_config(toy_model, tmp_path, algo="cory", learner="grpo", group_size=4, iterations=1, lora=True,
                         lora_r=4, lora_target_modules="q_proj,v_proj")  # fmt: skip
     Trainer(config, prompts=PROMPTS, reward_fn=fraction_good).train(progress=False)
-    saved = load_checkpoint(tmp_path / "checkpoints" / "iter_000000.pt")["learners"]
+    saved = load_checkpoint(tmp_path / "checkpoints" / "iter_000000.safetensors")["learners"]
     for name in ("llm_0", "llm_1"):
         keys = list(saved[name]["model"])
         assert keys and all("lora_" in k and f".{name}." in k for k in keys), keys[:3]

@@ -57,7 +57,7 @@ def test_runs_are_resumed_not_retrained(benchmark):
     for run in RUNS:
         metrics = pd.read_csv(out / run / "metrics.csv")
         assert metrics["iteration"].tolist() == [0, 1], run
-        assert (out / run / "checkpoints" / "iter_000001.pt").exists()
+        assert (out / run / "checkpoints" / "iter_000001.safetensors").exists()
     for run, metrics in first.items():  # seed 0: its first iteration kept, the second added by resuming
         resumed = pd.read_csv(out / run / "metrics.csv")
         pd.testing.assert_frame_equal(resumed.iloc[:1], metrics, check_exact=True)

@@ -135,7 +135,7 @@ def test_cli_end_to_end(toy_model, tmp_path, algo):
     for png in ("task_reward.png", "kl.png", "combined_reward.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "samples.jsonl").read_text().count("\n") >= 2
-    assert (out / "checkpoints" / "iter_000001.pt").exists()
+    assert (out / "checkpoints" / "iter_000001.safetensors").exists()
     assert "plots:" in result.stdout and "models:" in result.stdout
     weights = "adapter_model.safetensors" if extra == ["--lora"] else "model.safetensors"
     assert all((out / "model" / learner / weights).is_file() for learner in learners)
@@ -153,7 +153,7 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(toy_model, tmp_path):
     args = ["--algo", "cory", "--iterations", "6", "--checkpoint-every", "1", "--role-exchange-period", "2"]
     run_toy_cli(toy_model, tmp_path / "whole", *args)
     killed = tmp_path / "killed"
-    proc = start_toy_cli(toy_model, killed, *args, wait_for=(killed / "checkpoints" / "iter_000001.pt").exists)
+    proc = start_toy_cli(toy_model, killed, *args, wait_for=(killed / "checkpoints" / "iter_000001.safetensors").exists)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     done = pd.read_csv(killed / "metrics.csv")["iteration"].max()
@@ -178,7 +178,7 @@ def test_sigterm_finishes_the_iteration_saves_a_checkpoint_and_the_resume_is_exa
     done = len(pd.read_csv(metrics))
     assert done < 8, "the signal came too late to test a stop"
     # Not every 100 iterations: a checkpoint of exactly the iterations done; no final model yet.
-    assert [p.name for p in (stopped / "checkpoints").iterdir()] == [f"iter_{done - 1:06d}.pt"]
+    assert [p.name for p in (stopped / "checkpoints").iterdir()] == [f"iter_{done - 1:06d}.safetensors"]
     assert "stopped by SIGTERM" in stderr and "--resume" in stderr
     assert not (stopped / "model").exists()
 
@@ -282,7 +282,7 @@ def test_lora_shared_base_learns_and_keeps_one_copy_of_the_weights(toy_model, tm
     for n, p in views[0].peft_model.named_parameters():
         if "lora_" not in n:
             assert torch.equal(p, base_before[n]), n
-    saved = load_checkpoint(tmp_path / "checkpoints" / "iter_000015.pt")["learners"]["llm_0"]["model"]
+    saved = load_checkpoint(tmp_path / "checkpoints" / "iter_000015.safetensors")["learners"]["llm_0"]["model"]
     assert saved and all("lora_" in n or "v_head" in n for n in saved)
     assert not any(".llm_1." in n for n in saved)
 
