@@ -254,3 +254,25 @@ def test_a_save_syncs_the_file_and_then_its_folder(tmp_path, monkeypatch):
 def test_bad_keep_is_refused(tmp_path):
     with pytest.raises(ValueError, match="keep must be at least 1"):
         save_checkpoint(tmp_path, 0, _state(0), keep=0)
+
+
+def test_evaluate_and_export_refuse_an_old_checkpoint_unless_trusted(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    from agents.evaluation import EvalConfig, evaluate
+
+    marker = tmp_path / "code_ran"
+    legacy = tmp_path / "checkpoints" / "iter_000000.pt"
+    legacy.parent.mkdir()
+    torch.save({"iteration": 1, "payload": Payload(marker)}, legacy)
+    with pytest.raises(UntrustedCheckpointError, match="--trust-checkpoint"):
+        evaluate(EvalConfig(checkpoint=str(tmp_path)), progress=False, write=False)
+    script = Path(__file__).resolve().parents[1] / "examples" / "export_model.py"
+    spec = importlib.util.spec_from_file_location("export_model", script)
+    export_model = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(export_model)
+    with pytest.raises(UntrustedCheckpointError, match="--trust-checkpoint"):
+        export_model.main(["--checkpoint", str(tmp_path)])
+    assert "--trust-checkpoint" in export_model.build_parser().format_help()
+    assert not marker.exists()
