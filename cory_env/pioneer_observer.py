@@ -4,7 +4,7 @@ Text generation as a sequential two-agent game (CORY, Ma et al., NeurIPS 2024).
 
 | Import               | `from cory_env import env` or `pettingzoo.make("aec", "cory/PioneerObserver-v0")` |
 |----------------------|-----------------------------------------------------------------------------------|
-| Parallel API         | `cory_env.parallel_env(...)` (PettingZoo's `turn_based_aec_to_parallel`)            |
+| Parallel API         | `cory_env.parallel_env(...)`, `cory_env.to_parallel(aec)` (PettingZoo's turn-based) |
 | Actions              | Discrete (one token id); MultiDiscrete (one per conversation) in the batched form |
 | Agents               | `agents = ["pioneer", "observer"]`                                                |
 | Action shape         | `()`, or `(B,)` with `num_conversations=B`                                          |
@@ -68,12 +68,34 @@ tokens), `response_length` and `task_reward` (its own score); at the episode end
 :class:`~cory_env.CollectiveRewardWrapper`). In the batched form these are lists or
 arrays over conversations.
 
+### Numeric infos (for TorchRL and other tensor-based clients)
+
+Libraries that turn every info into a tensor of a fixed shape (TorchRL's
+`PettingZooWrapper` builds its info spec from the infos `reset` returns) need the same
+numeric keys, with the same shapes, at every step. `numeric_infos=True` gives them: from
+`reset` on, `infos[agent]` is
+
+| key               | shape       | value                                                          |
+|-------------------|-------------|----------------------------------------------------------------|
+| `role`            | `()`        | 0 for pioneer, 1 for observer (int64)                          |
+| `response_length` | `()`/`(B,)` | tokens of the agent's response; 0 until its turn ends (int64)  |
+| `task_reward`     | `()`/`(B,)` | its own score; 0 until its turn ends (float64)                 |
+| `reward`          | `()`/`(B,)` | what it receives, per conversation; 0 until the episode ends   |
+
+The texts are then not in the infos. :attr:`~PioneerObserverEnv.last_transcript` (in any
+mode, kept through `reset`, so readable after a client has already started the next
+episode) holds what the default infos held at the end of the last finished episode, by
+role: `role`, `query`, `context`, `response`, `response_length`, `task_reward`, `reward`.
+Read it as `env.unwrapped.last_transcript` through wrappers. :func:`parallel_env` and
+:func:`to_parallel` also make the parallel API's `active_agent` numeric under
+`numeric_infos` (PettingZoo's conversion writes the agent's name).
+
 ### Arguments
 
 ``PioneerObserverEnv(tokenizer=None, prompts=None, reward_fn=None, *, num_conversations=None,
 max_new_tokens=16, context_length=256, pioneer_template="{query}",
-observer_template=SENTIMENT_OBSERVER, knowledge_transfer=True, stop_token_ids=None,
-vocab_size=None, render_mode=None)``
+observer_template=SENTIMENT_OBSERVER, knowledge_transfer=True, with_observer=True,
+stop_token_ids=None, vocab_size=None, numeric_infos=False, render_mode=None)``
 
 - `tokenizer`: a Hugging Face tokenizer; `None` loads the embedded default's (`smollm2-135m`).
 - `prompts`: a :class:`~cory_env.prompts.PromptSource` or a list of strings; `None`
@@ -87,10 +109,13 @@ vocab_size=None, render_mode=None)``
 - `with_observer`: `False` leaves the pioneer alone (single-agent PPO, the paper's baseline).
 - `stop_token_ids`: tokens that end a turn; default: the tokenizer's EOS.
 - `vocab_size`: action-space size; default `len(tokenizer)`.
+- `numeric_infos`: `True` gives infos with fixed numeric keys from `reset` on (see above).
 
 ### Bad input
 
-Token ids that are not integers, or are out of range, raise with the offending id; a
+Token ids that are not integers, or are out of range, raise with the offending id (a
+client whose policy returns floats, as Tianshou's `RandomActionPolicy` does, casts first:
+`int(action)`, or `np.asarray(actions).astype(np.int64)` in the batched form); a
 non-`None` action for a terminated agent, or a step after the episode ended, raises
 and says to `reset()`; a prompt that does not fit the context raises
 :class:`PromptTooLongError`; a reward function that raises or returns a wrong number of
@@ -163,6 +188,7 @@ class PioneerObserverEnv(AECEnv):
         with_observer: bool = True,
         stop_token_ids: Sequence[int] | None = None,
         vocab_size: int | None = None,
+        numeric_infos: bool = False,
         render_mode: str | None = None,
     ):
         super().__init__()
@@ -199,6 +225,10 @@ class PioneerObserverEnv(AECEnv):
         self.pioneer_template = pioneer_template
         self.observer_template = observer_template if knowledge_transfer else pioneer_template
         self.knowledge_transfer = knowledge_transfer
+        if not isinstance(numeric_infos, bool):
+            raise TypeError(f"numeric_infos must be True or False, got {numeric_infos!r}")
+        self.numeric_infos = numeric_infos
+        self._last_transcript: dict[str, dict[str, Any]] | None = None
         self.render_mode = render_mode
 
         self.vocab_size = int(vocab_size if vocab_size is not None else len(tokenizer))
@@ -271,7 +301,8 @@ class PioneerObserverEnv(AECEnv):
         self._cumulative_rewards = {a: 0.0 for a in self.agents}
         self.terminations = {a: False for a in self.agents}
         self.truncations = {a: False for a in self.agents}
-        self.infos = {a: {"role": a} for a in self.agents}
+        self.infos = {a: self._initial_info(a) for a in self.agents}
+        self._transcript: dict[str, dict[str, Any]] = {a: {"role": a} for a in self.agents}
         self._agent_selector = AgentSelector(self.agents)
         self.agent_selection = self._agent_selector.reset()
         self._skip_agent_selection = None
@@ -475,19 +506,27 @@ class PioneerObserverEnv(AECEnv):
         scores = score_responses(self.reward_fn, self.queries, responses, self._metadata)
         self.responses[agent] = responses
         self.task_rewards[agent] = scores
-        self.infos[agent].update(
+        ended = dict(
             query=self._unbatch(list(self.queries)),
             context=self._unbatch(turn.prompt_texts),
             response=self._unbatch(responses),
             response_length=self._unbatch(n.copy()),
             task_reward=self._unbatch(scores),
         )
+        self._transcript[agent].update(ended)
+        if self.numeric_infos:
+            self.infos[agent].update(
+                response_length=self._unbatch(n.copy()), task_reward=self._unbatch(np.array(scores, dtype=np.float64))
+            )
+        else:
+            self.infos[agent].update(ended)
         if agent == PIONEER and OBSERVER in self.possible_agents:
             texts = [render(self.observer_template, q, r) for q, r in zip(self.queries, responses)]
             self._start_turn(OBSERVER, texts)
             self.agent_selection = OBSERVER
         else:
             self.episode_over = True
+            self._last_transcript = self._transcript  # deliver_rewards adds the rewards to it
             self.deliver_rewards(self.task_rewards)
             self.terminations = {a: True for a in self.agents}
             self.agent_selection = self._agent_selector.reset()  # dead steps, pioneer first
@@ -510,6 +549,32 @@ class PioneerObserverEnv(AECEnv):
             self.rewards[agent] = mean
             self._cumulative_rewards[agent] = mean
             self.infos[agent]["reward"] = self._unbatch(values)
+            self._transcript[agent]["reward"] = self._unbatch(values.copy())
+
+    @property
+    def last_transcript(self) -> dict[str, dict[str, Any]] | None:
+        """The last finished episode, by role: what the default infos held at its end.
+
+        ``{role: {"role", "query", "context", "response", "response_length", "task_reward",
+        "reward"}}`` (lists and arrays over conversations in the batched form), keyed by role
+        (``"pioneer"``, ``"observer"``) even under :class:`~cory_env.RoleExchangeWrapper`.
+        Kept through ``reset``, so a client that resets as soon as an episode ends (TorchRL's
+        rollouts and collectors do) still finds the texts; ``None`` before the first episode
+        ends. It is the place to read texts under ``numeric_infos=True``. A copy.
+        """
+        return None if self._last_transcript is None else copy.deepcopy(self._last_transcript)
+
+    def _initial_info(self, agent: str) -> dict[str, Any]:
+        """An agent's infos at ``reset``: its role, and under ``numeric_infos`` every numeric key, zero."""
+        if not self.numeric_infos:
+            return {"role": agent}
+        B = self.num_conversations
+        return {
+            "role": np.int64(ROLES.index(agent)),
+            "response_length": self._unbatch(np.zeros(B, dtype=np.int64)),
+            "task_reward": self._unbatch(np.zeros(B, dtype=np.float64)),
+            "reward": self._unbatch(np.zeros(B, dtype=np.float64)),
+        }
 
     def _unbatch(self, values: Any) -> Any:
         return values if self.batched else values[0]
@@ -585,12 +650,48 @@ def env(**kwargs: Any) -> AECEnv:
 def parallel_env(**kwargs: Any) -> ParallelEnv:
     """The environment through PettingZoo's parallel API.
 
-    ``turn_based_aec_to_parallel(env(**kwargs))``: both agents are live for the whole
-    episode, but each ``step`` uses only the action of the agent whose turn it is
-    (``infos[agent]["active_agent"]`` after a step; the pioneer acts first). To add
-    wrappers, wrap the AEC environment and convert it yourself (docs/other-algorithms.md).
+    ``to_parallel(env(**kwargs))``, PettingZoo's ``turn_based_aec_to_parallel``: both agents
+    are live for the whole episode, but each ``step`` uses only the action of the agent whose
+    turn it is (``infos[agent]["active_agent"]`` after a step; the pioneer acts first). To add
+    wrappers, wrap the AEC environment and convert it with :func:`to_parallel`
+    (docs/other-algorithms.md).
     """
-    return conversions.turn_based_aec_to_parallel(env(**kwargs))
+    return to_parallel(env(**kwargs))
+
+
+def to_parallel(aec_env: AECEnv) -> ParallelEnv:
+    """A (possibly wrapped) AEC pioneer/observer environment through PettingZoo's parallel API.
+
+    PettingZoo's ``turn_based_aec_to_parallel(aec_env)``, unchanged unless the environment
+    was made with ``numeric_infos=True``. Then ``infos[agent]["active_agent"]`` is numeric
+    and there from ``reset`` on, as tensor-based clients need (PettingZoo's conversion adds
+    the acting agent's name, and only after the first step): the index in ``possible_agents``
+    of the agent that acts next, ``-1`` after the episode's last step, in copies of the AEC
+    environment's infos (which get PettingZoo's agent name, as without ``numeric_infos``).
+    """
+    return _TurnBasedParallel(aec_env)
+
+
+class _TurnBasedParallel(conversions.turn_based_aec_to_parallel_wrapper):
+    """``turn_based_aec_to_parallel_wrapper`` with a numeric ``active_agent`` under ``numeric_infos``."""
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        observations, infos = super().reset(seed=seed, options=options)
+        return observations, self._numeric_active_agent(infos)
+
+    def step(self, actions: dict) -> tuple:
+        out = super().step(actions)
+        if len(out) != 5:  # stepped after the episode: PettingZoo's ({}, {}, {}, {})
+            return out
+        observations, rewards, terminations, truncations, infos = out
+        return observations, rewards, terminations, truncations, self._numeric_active_agent(infos)
+
+    def _numeric_active_agent(self, infos: dict) -> dict:
+        if not getattr(self.aec_env.unwrapped, "numeric_infos", False):
+            return infos
+        acting = self.aec_env.agent_selection if self.aec_env.agents else None
+        index = np.int64(self.possible_agents.index(acting) if acting is not None else -1)
+        return {agent: {**info, "active_agent": index} for agent, info in infos.items()}
 
 
 raw_env = PioneerObserverEnv

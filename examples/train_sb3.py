@@ -28,18 +28,12 @@ from stable_baselines3.common.env_util import make_vec_env
 import cory_env
 from agents.plots import plot_run
 from agents.sb3 import RolloutMetricsCallback, episode_rewards, token_policy_kwargs
-from cory_env.tasks.toy import TOY_PROMPTS, TOY_WORDS, echo_last_word, target_word_reward, toy_tokenizer
+from cory_env.tasks.toy import TOY_PROMPTS, add_task_arguments, reward_from_arguments, toy_tokenizer
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--role", choices=["pioneer", "observer"], default="pioneer", help="the role PPO trains")
-    p.add_argument("--with-observer", action="store_true", help="role pioneer: a fixed observer answers after it")
-    p.add_argument("--collective-reward", action="store_true", help="reward the sum of both roles' task rewards")
-    p.add_argument("--target-word", default="good", choices=TOY_WORDS, help="the word the reward counts")
-    p.add_argument("--echo", action="store_true",
-                   help="reward repeating the query's last word instead (the policy must read its context)")
-    p.add_argument("--other-word", default="bad", choices=TOY_WORDS, help="what the fixed other role says")
+    add_task_arguments(p)
     p.add_argument("--timesteps", type=int, default=4096, help="PPO environment steps (tokens)")
     p.add_argument("--envs", type=int, default=4, help="environments (conversations) per rollout")
     p.add_argument("--max-new-tokens", type=int, default=4, help="tokens per response at most")
@@ -65,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
         collective_reward=args.collective_reward,
         tokenizer=tokenizer,
         prompts=TOY_PROMPTS,
-        reward_fn=echo_last_word if args.echo else target_word_reward(args.target_word),
+        reward_fn=reward_from_arguments(args),
         max_new_tokens=args.max_new_tokens,
         context_length=32,
         observer_template="{query} {response} {query}",  # in the toy vocabulary

@@ -112,3 +112,35 @@ def test_parallel_episode_matches_aec_episode(make_env, gpt2_tokenizer, B, wrap)
         if wrap in ("collective", "both"):
             rewards = list(totals.values())
             assert rewards[0] == pytest.approx(rewards[1])
+
+
+@pytest.mark.parametrize("wrap", WRAPS)
+@pytest.mark.parametrize("B", FORMS)
+def test_numeric_active_agent(make_env, B, wrap):
+    """Under numeric_infos, to_parallel's infos name the acting agent by index, from reset on."""
+    par = cory_env.to_parallel(WRAPS[wrap](make_env(B, numeric_infos=True)))
+    parallel_api_test(par, num_cycles=50)
+    observations, infos = par.reset(seed=0)
+    first = infos[par.agents[0]]["active_agent"]
+    assert isinstance(first, np.integer) and par.possible_agents[first] in par.agents
+    assert all(infos[a]["active_agent"] == first for a in par.agents)
+    while par.agents:
+        active = par.possible_agents[infos[par.agents[0]]["active_agent"]]
+        assert active == par.aec_env.agent_selection
+        actions = {a: par.action_space(a).sample() for a in par.agents}
+        observations, rewards, terms, truncs, infos = par.step(actions)
+        for info in infos.values():
+            assert set(info) >= {"role", "reward", "active_agent"}
+            assert not any(isinstance(v, str) for v in info.values())
+    assert all(info["active_agent"] == -1 for info in infos.values())  # after the episode's last step
+    # The AEC environment's own infos are not written into.
+    assert all(not isinstance(i.get("active_agent"), np.integer) for i in par.aec_env.infos.values())
+
+
+def test_to_parallel_without_numeric_infos_is_pettingzoos_conversion(make_env):
+    par = cory_env.to_parallel(make_env(None))
+    assert isinstance(par, type(turn_based_aec_to_parallel(make_env(None))))
+    observations, infos = par.reset(seed=0)
+    assert "active_agent" not in infos["pioneer"]
+    observations, rewards, terms, truncs, infos = par.step({"pioneer": 11, "observer": 11})
+    assert infos["pioneer"]["active_agent"] in ("pioneer", "observer")

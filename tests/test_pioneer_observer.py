@@ -365,3 +365,77 @@ def test_pioneer_alone(make_env, B):
     assert list(finals) == ["pioneer"]
     reward, info = finals["pioneer"]
     assert np.allclose(np.atleast_1d(info["reward"]), np.atleast_1d(info["task_reward"]))
+
+
+NUMERIC_KEYS = {"role": np.integer, "response_length": np.integer, "task_reward": np.floating, "reward": np.floating}
+
+
+@pytest.mark.parametrize("wrap", ["plain", "collective"])
+@pytest.mark.parametrize("B", FORMS)
+def test_numeric_infos_have_fixed_keys_and_shapes_from_reset_on(make_env, B, wrap):
+    """numeric_infos=True: what TorchRL's PettingZooWrapper needs (one info spec, built at reset)."""
+    api_test(make_env(B, numeric_infos=True), num_cycles=100)
+    env = make_env(B, numeric_infos=True)
+    if wrap == "collective":
+        env = cory_env.CollectiveRewardWrapper(env)
+    shape = () if B is None else (B,)
+
+    def check(infos):
+        for agent, info in infos.items():
+            assert set(info) == set(NUMERIC_KEYS), (agent, info)
+            for key, kind in NUMERIC_KEYS.items():
+                assert np.issubdtype(np.asarray(info[key]).dtype, kind), (agent, key, info[key])
+                assert np.shape(info[key]) == (() if key == "role" else shape), (agent, key)
+            assert info["role"] == cory_env.pioneer_observer.ROLES.index(agent)
+
+    env.reset(seed=1)
+    check(env.infos)
+    assert all(np.all(np.asarray(v) == 0) for i in env.infos.values() for k, v in i.items() if k != "role")
+    finals = {}
+    for agent in env.agent_iter():
+        obs, reward, term, trunc, info = env.last()
+        check(env.infos)
+        if term:
+            finals[agent] = (reward, dict(info))
+            env.step(None)
+        else:
+            env.step(env.action_space(agent).sample())
+    transcript = env.unwrapped.last_transcript
+    for agent, (reward, info) in finals.items():
+        assert info["response_length"] is not None and np.all(np.asarray(info["response_length"]) >= 1)
+        for key in ("response_length", "task_reward", "reward"):
+            np.testing.assert_allclose(info[key], transcript[agent][key])
+        assert reward == pytest.approx(float(np.mean(info["reward"])))
+        assert isinstance(transcript[agent]["response"], str if B is None else list)
+    if wrap == "collective":
+        total = sum(np.asarray(transcript[a]["task_reward"]) for a in transcript)
+        for agent in transcript:
+            np.testing.assert_allclose(finals[agent][1]["reward"], total)
+
+
+@pytest.mark.parametrize("B", FORMS)
+def test_last_transcript_is_the_default_final_infos_and_survives_reset(make_env, B):
+    env = make_env(B)
+    assert env.unwrapped.last_transcript is None
+    finals = play(env, random_policy(env), seed=3)
+
+    def assert_same(transcript, finals):
+        assert set(transcript) == set(finals)
+        for agent, info in finals.items():
+            assert set(transcript[agent]) == set(info)
+            for key, value in info.items():
+                assert np.all(np.asarray(transcript[agent][key]) == np.asarray(value)), (agent, key)
+
+    assert_same(env.unwrapped.last_transcript, {a: info for a, (_, info) in finals.items()})
+    transcript = env.unwrapped.last_transcript
+    env.reset(seed=4)  # a client that resets at once (TorchRL) still finds the finished episode's texts
+    env.step(env.action_space("pioneer").sample())
+    assert_same(env.unwrapped.last_transcript, transcript)
+    # A copy: changing it changes nothing in the environment.
+    env.unwrapped.last_transcript["pioneer"]["response"] = "changed"
+    assert env.unwrapped.last_transcript["pioneer"]["response"] != "changed"
+
+
+def test_numeric_infos_must_be_a_bool(make_env):
+    with pytest.raises(TypeError, match="numeric_infos must be True or False"):
+        make_env(None, numeric_infos="yes")

@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import argparse
 import functools
 from typing import Any
 
@@ -69,3 +70,20 @@ def echo_last_word(queries: list[str], responses: list[str], **_: Any) -> list[f
 def fraction_good(queries: list[str], responses: list[str], **_: Any) -> list[float]:
     """The fraction of response words that are "good" (the toy task reward)."""
     return fraction_of_word(queries, responses, "good")
+
+
+def add_task_arguments(parser: argparse.ArgumentParser) -> None:
+    """The toy task's flags, shared by the examples that train one role with another library
+    (examples/train_sb3.py, examples/train_torchrl.py); :func:`reward_from_arguments` reads them."""
+    parser.add_argument("--role", choices=["pioneer", "observer"], default="pioneer", help="the role PPO trains")
+    parser.add_argument("--with-observer", action="store_true", help="role pioneer: a fixed observer answers after it")
+    parser.add_argument("--collective-reward", action="store_true", help="reward the sum of both roles' task rewards")
+    parser.add_argument("--target-word", default="good", choices=TOY_WORDS, help="the word the reward counts")
+    parser.add_argument("--echo", action="store_true",
+                        help="reward repeating the query's last word instead (the policy must read its context)")  # fmt: skip
+    parser.add_argument("--other-word", default="bad", choices=TOY_WORDS, help="what the fixed other role says")
+
+
+def reward_from_arguments(args: argparse.Namespace) -> Any:
+    """The reward function :func:`add_task_arguments`' flags choose."""
+    return echo_last_word if args.echo else target_word_reward(args.target_word)

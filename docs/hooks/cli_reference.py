@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "python examples/play_episode.py": "examples/play_episode.py:build_parser",
     "python examples/plot_runs.py": "examples/plot_runs.py:build_parser",
     "python examples/train_sb3.py": "examples/train_sb3.py:build_parser",
+    "python examples/train_torchrl.py": "examples/train_torchrl.py:build_parser",
     "python examples/evaluate.py": "examples/evaluate.py:build_parser",
     "python examples/export_model.py": "examples/export_model.py:build_parser",
     "cory-bench": "agents.reward_benchmark:build_parser",
