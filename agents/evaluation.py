@@ -213,7 +213,8 @@ def train_config_from(saved: dict[str, Any], **overrides: Any) -> TrainConfig:
     if unknown:
         logger.warning("checkpoint settings unknown to this version are ignored: %s", ", ".join(unknown))
     kept = {k: v for k, v in saved.items() if k in names}
-    return TrainConfig(**{**kept, "preset": "", "resume": False, "tensorboard": False, **overrides})
+    # Evaluating reports to no tracker: the run's own (wandb, say) may not be installed here.
+    return TrainConfig(**{**kept, "preset": "", "resume": False, "tensorboard": None, "report_to": "none", **overrides})
 
 
 def policy_from_checkpoint(state: dict[str, Any], *, reward_fn: RewardFunction, device: str = "auto") -> Trainer:

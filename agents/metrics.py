@@ -1,4 +1,4 @@
-"""Per-iteration training metrics: a crash-safe CSV, TensorBoard scalars and sampled texts.
+"""Per-iteration training metrics: a crash-safe CSV, the experiment trackers and sampled texts.
 
 ``<out_dir>/metrics.csv`` holds one row per iteration (wide format)::
 
@@ -11,13 +11,14 @@ seen later becomes a new last column: the file is rewritten atomically with the 
 header and earlier rows get an empty cell (NaN in ``read_metrics``). Every row is flushed,
 so a killed run keeps what it logged.
 
-TensorBoard gets the same scalars, tags grouped by prefix as in CleanRL: learner keys as
-they are, global keys under ``charts/``. ``<out_dir>/samples.jsonl`` holds sampled texts,
-one JSON object per line.
+The experiment trackers (``report_to``: TensorBoard by default, W&B, MLflow, ... through
+accelerate's tracking API, :mod:`agents.trackers`) get the same scalars, tags grouped by prefix
+as in CleanRL: learner keys as they are, global keys under ``charts/``; and the run's settings
+as hyperparameters. ``<out_dir>/samples.jsonl`` holds sampled texts, one JSON object per line.
 
 Example::
 
-    with MetricsLogger("runs/cory_s0") as logger:
+    with MetricsLogger("runs/cory_s0", report_to="tensorboard,wandb", config={"lr": 3e-5}) as logger:
         for it in range(n_iterations):
             ...
             logger.log(it, {"llm_0/task_reward_mean": 0.4, "llm_0/kl": 1.2, "tokens_per_s": 900.0})
@@ -28,6 +29,9 @@ Resuming from a checkpoint saved after iteration ``k``::
 
     logger = MetricsLogger("runs/cory_s0", resume=True)
     logger.truncate(after_iteration=k)  # drop what was logged after the checkpoint, before the crash
+
+TensorBoard then hides the steps after ``k`` that the crashed run wrote; the other trackers
+start a new run (docs/training.md, "Experiment trackers").
 """
 
 from __future__ import annotations
@@ -35,28 +39,37 @@ from __future__ import annotations
 import csv
 import json
 import os
-import warnings
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from agents.trackers import DEFAULT, Trackers, resolve_report_to
 
 METRICS_FILE = "metrics.csv"
 SAMPLES_FILE = "samples.jsonl"
 
 
 class MetricsLogger:
-    """Appends one row of scalars per iteration to ``metrics.csv`` (and TensorBoard).
+    """Appends one row of scalars per iteration to ``metrics.csv`` (and to the experiment trackers).
 
     Args:
         out_dir: run folder; created if missing.
-        tensorboard: also write TensorBoard event files into ``out_dir`` (skipped, with
-            one warning, if ``torch.utils.tensorboard`` cannot be imported).
+        tensorboard: the older switch (``None``: not given): ``False`` reports to no tracker
+            when ``report_to`` is the default (:func:`agents.trackers.resolve_report_to`).
         resume: keep an existing ``metrics.csv`` / ``samples.jsonl`` and append to them;
             otherwise they are deleted and the run starts afresh.
+        report_to: the experiment trackers, as ``--report-to``: ``"tensorboard"`` (event
+            files in ``out_dir``), a comma-separated list, ``"all"`` or ``"none"``. An unknown
+            or uninstalled tracker raises here, before any file is touched. The trackers start
+            here (with ``resume``: in :meth:`truncate`, or on the first :meth:`log`).
+        config: the run's settings, stored by the trackers as hyperparameters.
     """
 
-    def __init__(self, out_dir: str | Path, tensorboard: bool = True, resume: bool = False):
+    def __init__(self, out_dir: str | Path, tensorboard: bool | None = None, resume: bool = False, *,
+                 report_to: str | Sequence[str] = DEFAULT, config: Mapping[str, Any] | None = None):  # fmt: skip
+        trackers = resolve_report_to(report_to, tensorboard)  # a bad name fails before any file is touched
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.csv_path = self.out_dir / METRICS_FILE
@@ -73,9 +86,9 @@ class MetricsLogger:
             self.samples_path.unlink(missing_ok=True)
         self._csv = open(self.csv_path, "a", newline="", encoding="utf-8")
         self._samples = open(self.samples_path, "a", encoding="utf-8")
-        self._tensorboard = tensorboard
-        self._writer: Any = None  # SummaryWriter, created on the first log()
-        self._purge_step: int | None = None
+        self.trackers = Trackers(trackers, self.out_dir, config=config)
+        if not resume:  # a tracker that cannot start (a login, a server) fails now; a resume starts them in truncate()
+            self.trackers.start()
 
     def log(self, iteration: int, metrics: dict[str, float]) -> None:
         """Append the row for ``iteration``; values may be floats, ints, numpy or 0-d torch scalars."""
@@ -92,11 +105,7 @@ class MetricsLogger:
         csv.writer(self._csv).writerow(cells)
         self._csv.flush()
 
-        writer = self._tb_writer()
-        if writer is not None:
-            for key, value in row.items():
-                writer.add_scalar(key if "/" in key else f"charts/{key}", value, int(iteration))
-            writer.flush()
+        self.trackers.log({key if "/" in key else f"charts/{key}": value for key, value in row.items()}, int(iteration))
 
     def log_samples(self, iteration: int, records: list[dict[str, Any]]) -> None:
         """Append one JSON line per record (learner, role, query, response, reward, ...), tagged with ``iteration``."""
@@ -105,7 +114,7 @@ class MetricsLogger:
         self._samples.flush()
 
     def truncate(self, after_iteration: int) -> None:
-        """Keep only what was logged for iterations ``<= after_iteration`` (CSV, samples, TensorBoard).
+        """Keep only what was logged for iterations ``<= after_iteration`` (CSV, samples, TensorBoard's view).
 
         Call it when resuming from a checkpoint saved after ``after_iteration``: the
         iterations logged after that checkpoint and before the crash are run again.
@@ -123,18 +132,14 @@ class MetricsLogger:
         self._samples = open(self.samples_path, "a", encoding="utf-8")
 
         # TensorBoard hides events at steps >= purge_step written by earlier writers.
-        self._purge_step = after_iteration + 1
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        self.trackers.restart(purge_step=after_iteration + 1)
+        self.trackers.start()
 
     def close(self) -> None:
-        """Flush and close the files and the TensorBoard writer (safe to call twice)."""
+        """Flush and close the files and end the trackers' runs (safe to call twice)."""
         self._csv.close()
         self._samples.close()
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        self.trackers.finish()
 
     def __enter__(self) -> MetricsLogger:
         return self
@@ -149,17 +154,6 @@ class MetricsLogger:
         self.columns += new_keys
         _write_csv(self.csv_path, self.columns, [r + [""] * len(new_keys) for r in rows])
         self._csv = open(self.csv_path, "a", newline="", encoding="utf-8")
-
-    def _tb_writer(self) -> Any:
-        if self._tensorboard and self._writer is None:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError as err:  # tensorboard not installed
-                warnings.warn(f"TensorBoard logging disabled: {err}", stacklevel=3)
-                self._tensorboard = False
-                return None
-            self._writer = SummaryWriter(log_dir=str(self.out_dir), purge_step=self._purge_step)
-        return self._writer
 
 
 def read_metrics(path: str | Path) -> pd.DataFrame:

@@ -53,7 +53,7 @@ from agents.trainer import ALGOS, TrainConfig, Trainer, apply_preset, changed_se
 #: TrainConfig fields the benchmark sets for each run itself.
 PER_RUN = ("algo", "seed", "out", "resume", "overwrite")
 #: Settings a --resume may change: they do not change what a finished run means.
-MAY_CHANGE = ("iterations", "device", "checkpoint_every", "tensorboard", "samples_per_iteration")
+MAY_CHANGE = ("iterations", "device", "checkpoint_every", "tensorboard", "report_to", "samples_per_iteration")
 #: Training metrics (last iteration, metrics.csv) and evaluation metrics in the report.
 TRAIN_METRICS = {"task_reward_mean": "task reward", "kl": "KL", "combined_reward": "combined reward"}
 EVAL_METRICS = {

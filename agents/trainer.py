@@ -47,6 +47,7 @@ from agents.kl import ESTIMATORS
 from agents.learner import Episode, Learner
 from agents.metrics import MetricsLogger
 from agents.plots import plot_run
+from agents.trackers import resolve_report_to
 from agents.ppo import PPOConfig, PPOLearner
 from agents.value_model import CausalLMWithValueHead
 from cory_env import CollectiveRewardWrapper, RoleExchangeWrapper, env
@@ -152,7 +153,9 @@ class TrainConfig:
     keep_checkpoints: int = _f(1, "newest checkpoints kept; with 2, --resume can fall back if the newest is damaged")
     trust_checkpoint: bool = _f(False, "--resume may load an old pickle checkpoint (iter_NNNNNN.pt): your own only")
     samples_per_iteration: int = _f(4, "sample generations per learner written to samples.jsonl")
-    tensorboard: bool = _f(True, "also log to TensorBoard in --out")
+    report_to: str = _f("tensorboard", "experiment trackers, as TRL's --report_to (accelerate's): tensorboard (in --out), "
+                        "wandb, mlflow, trackio, ..., comma-separated; all or none. metrics.csv is written anyway")
+    tensorboard: bool | None = _f(None, "deprecated: --tensorboard false is --report-to none", nargs="?", const=True)
     save_model: bool = _f(True, "at the end, write each learner's policy as a Hugging Face model to --out/model/<learner> (with --lora: its PEFT adapter), tokenizer included")
     lora: bool = _f(False, "train LoRA adapters on one shared frozen base (the reference is the base itself)")
     lora_r: int = _f(16, "LoRA rank")
@@ -264,6 +267,9 @@ class Trainer:
         if config.learner in ("grpo", "rloo"):  # bad values fail now, not after loading the models
             config.grpo_config(config.learner)
             _check_group_size(config.batch_size, config.group_size, config.learner)
+        # An unknown or uninstalled tracker fails now; the config keeps the trackers it resolved to.
+        trackers = resolve_report_to(config.report_to, config.tensorboard)
+        self.config = config = dataclasses.replace(config, report_to=",".join(trackers) or "none", tensorboard=None)
         self.data_parallel = dp = DataParallel.from_environment()
         if dp.fsdp is not None and config.lora:
             raise ValueError(
@@ -587,7 +593,8 @@ class Trainer:
         elif c.resume and main:
             logger.warning("--resume: no checkpoint in %s yet, so the run starts at iteration 0",
                            checkpoint_dir(self.out))  # fmt: skip
-        records = MetricsLogger(self.out, tensorboard=c.tensorboard, resume=checkpoint is not None) if main else None
+        records = MetricsLogger(self.out, resume=checkpoint is not None, report_to=c.report_to,
+                                config=dataclasses.asdict(c)) if main else None  # fmt: skip
         if checkpoint is not None and records is not None:
             records.truncate(self.iteration - 1)
         if main:
@@ -637,7 +644,7 @@ class Trainer:
 #: same numbers (memory and speed switches). Any other change would not continue the same run.
 RESUMABLE_CHANGES = frozenset({
     "iterations", "out", "resume", "overwrite", "checkpoint_every", "keep_checkpoints", "trust_checkpoint",
-    "samples_per_iteration", "tensorboard",
+    "samples_per_iteration", "tensorboard", "report_to",
     "save_model", "retain_freed_memory", "cpu_linear", "padding_free", "gradient_checkpointing",
     "gradient_checkpointing_observer",
 })  # fmt: skip

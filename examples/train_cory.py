@@ -14,7 +14,7 @@ On several GPUs (data parallel: each process plays --batch-size conversations), 
 
     accelerate launch --config_file examples/accelerate/multi_gpu.yaml examples/train_cory.py --out runs/cory
 
-Writes to --out: metrics.csv (+ TensorBoard events), samples.jsonl, task_reward.png,
+Writes to --out: metrics.csv (+ TensorBoard events; other trackers: --report-to), samples.jsonl, task_reward.png,
 kl.png, combined_reward.png, config.json, checkpoints/, and model/<learner>/ (each trained policy
 as a Hugging Face model, from_pretrained-ready; examples/export_model.py writes it from a checkpoint).
 """
@@ -42,7 +42,11 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefa
 
 def build_parser() -> HfArgumentParser:
     """The command line: one flag per TrainConfig field, its help text from the field (also docs/cli.md)."""
-    return HfArgumentParser(TrainConfig, description=__doc__, formatter_class=_HelpFormatter)
+    parser = HfArgumentParser(TrainConfig, description=__doc__, formatter_class=_HelpFormatter)
+    # The older off switch, kept as --tensorboard false is (TrainConfig.tensorboard's default is None: not given).
+    parser.add_argument("--no_tensorboard", "--no-tensorboard", action="store_false", dest="tensorboard",
+                        default=None, help="deprecated, use --report-to none")  # fmt: skip
+    return parser
 
 
 def learning_summary(out: Path, batch_size: int, k: int = 3) -> list[str]:
