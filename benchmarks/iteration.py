@@ -15,11 +15,11 @@ memory is at most 1.3x PPO's; our CORY needs at most 40% of the authors' CORY ti
     python benchmarks/iteration.py                 # full fine-tuning and LoRA, PPO and CORY
     python benchmarks/iteration.py --bf16          # the same under bfloat16 autocast
     python benchmarks/iteration.py --no-lora --host-memory-ablation   # also CORY with freed memory
-                                                   # returned to the OS (agents.host_memory)
+                                                   # returned to the OS (agents.speed.host_memory)
     python benchmarks/iteration.py --no-lora --cpu-linear-ablation    # also CORY with plain nn.Linear
-                                                   # layers (agents.cpu_linear)
+                                                   # layers (agents.speed.cpu_linear)
     python benchmarks/iteration.py --no-lora --padding-free-ablation  # also CORY with padded passes
-                                                   # (agents.padding_free off)
+                                                   # (agents.speed.padding_free off)
     python benchmarks/iteration.py --lora-only --gradient-checkpointing-observer   # CORY recomputes
                                                    # activations in the observer's update only
     python benchmarks/iteration.py --learner grpo --no-lora --padding-free-ablation   # GRPO learners
@@ -79,7 +79,7 @@ def child(spec: dict) -> None:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from agents.trainer import TrainConfig, Trainer
+    from agents.training.trainer import TrainConfig, Trainer
 
     with tempfile.TemporaryDirectory() as out:
         config = TrainConfig(**spec["config"], out=out, tensorboard=False)
@@ -169,9 +169,9 @@ def main() -> None:
     p.add_argument("--host-memory-ablation", action="store_true",
                    help="also run CORY with glibc's default malloc (freed memory returned to the OS, page faults on reuse)")
     p.add_argument("--cpu-linear-ablation", action="store_true",
-                   help="also run CORY with plain nn.Linear layers (no agents.cpu_linear layouts)")
+                   help="also run CORY with plain nn.Linear layers (no agents.speed.cpu_linear layouts)")
     p.add_argument("--padding-free-ablation", action="store_true",
-                   help="also run CORY with padded scoring and training passes (no agents.padding_free)")
+                   help="also run CORY with padded scoring and training passes (no agents.speed.padding_free)")
     p.add_argument("--model", default="smollm2-135m", help="model name or path")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--plot", default="", help="also write a PNG of the results here (seconds split into the "

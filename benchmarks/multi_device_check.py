@@ -32,9 +32,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agents.checkpoint import latest_checkpoint, load_checkpoint  # noqa: E402
-from agents.distributed import fingerprint  # noqa: E402
-from agents.trainer import TrainConfig, Trainer  # noqa: E402
+from agents.training.checkpoint import latest_checkpoint, load_checkpoint  # noqa: E402
+from agents.distributed.data_parallel import fingerprint  # noqa: E402
+from agents.training.trainer import TrainConfig, Trainer  # noqa: E402
 from tests.toy import fraction_good, save_tiny_llama, toy_tokenizer  # noqa: E402
 
 PROMPTS = ["the movie was", "the plot is", "acting is very"]

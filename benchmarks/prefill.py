@@ -1,8 +1,8 @@
 """Prompt prefill of a rollout: padding-free (the default) against the padded batch.
 
 A rollout's first forward pass per turn runs each learner's prompts through the model to fill
-its KV cache. :class:`agents.lm_actor.LMActor` runs it padding-free when the model has
-:mod:`agents.padding_free` enabled: each context's real tokens only, and the tokens contexts
+its KV cache. :class:`agents.acting.actor.LMActor` runs it padding-free when the model has
+:mod:`agents.speed.padding_free` enabled: each context's real tokens only, and the tokens contexts
 start with in common (a template's head, a GRPO group's prompt) once; the cache is then laid out
 as a padded prefill leaves it. This script plays one rollout of the trainer at the given
 settings, keeps the observation each agent prefilled, and then times that prefill with the
@@ -41,8 +41,8 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import torch
 
-    from agents.lm_actor import LMActor
-    from agents.trainer import TrainConfig, Trainer
+    from agents.acting.actor import LMActor
+    from agents.training.trainer import TrainConfig, Trainer
     from cory_env.models import hugging_face_model
 
     tokens = args.new_tokens or (48 if args.task == "gsm8k" else 10)

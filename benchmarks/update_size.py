@@ -29,10 +29,10 @@ import numpy as np
 import torch
 from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
-from agents import padding_free
-from agents.advantages import explained_variance, gae, whiten
-from agents.kl import token_rewards
-from agents.trainer import TrainConfig, Trainer
+from agents.speed import padding_free
+from agents.algorithms.advantages import explained_variance, gae, whiten
+from agents.algorithms.kl import token_rewards
+from agents.training.trainer import TrainConfig, Trainer
 from cory_env.models import hugging_face_model
 
 

@@ -21,7 +21,7 @@ import sys
 
 from transformers import HfArgumentParser
 
-from agents.evaluation import EvalConfig, evaluate, format_result
+from agents.evaluation.held_out import EvalConfig, evaluate, format_result
 
 
 def build_parser() -> HfArgumentParser:

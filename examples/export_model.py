@@ -5,7 +5,7 @@
 
 For a run stopped before its end, or trained with --save-model false. Each learner's folder
 loads with ``AutoModelForCausalLM.from_pretrained`` (with --lora: ``PeftModel.from_pretrained``
-on the base the adapter names); see agents/export.py.
+on the base the adapter names); see agents/training/export.py.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from agents.checkpoint import load_checkpoint
-from agents.evaluation import find_checkpoint, policy_from_checkpoint, run_folder
-from agents.export import MODEL_DIR
+from agents.training.checkpoint import load_checkpoint
+from agents.evaluation.held_out import find_checkpoint, policy_from_checkpoint, run_folder
+from agents.training.export import MODEL_DIR
 
 
 def _no_reward(queries: list[str], responses: list[str], **_: object) -> list[float]:
@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default="", help=f"where to write <learner>/ folders (default: the run's {MODEL_DIR}/)")
     parser.add_argument("--trust-checkpoint", action="store_true",
                         help="also load an old pickle checkpoint (iter_NNNNNN.pt): only your own files, as a pickle "
-                             "can run code; python -m agents.checkpoint convert rewrites one in the safe format")  # fmt: skip
+                             "can run code; python -m agents.training.checkpoint convert rewrites one in the safe format")  # fmt: skip
     parser.add_argument("--device", default="cpu",
                         help="where to rebuild the models (cpu is enough to export; cuda for a --load-in-4bit run)")  # fmt: skip
     return parser

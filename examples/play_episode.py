@@ -15,7 +15,7 @@ import time
 import numpy as np
 import torch
 
-from agents.lm_actor import LMActor
+from agents.acting.actor import LMActor
 from cory_env import CollectiveRewardWrapper, RoleExchangeWrapper, env
 from cory_env.models import EMBEDDED_MODEL, load_causal_lm, load_tokenizer
 from cory_env.rewards.sentiment import vader_sentiment

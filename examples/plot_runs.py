@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from agents.metrics import METRICS_FILE
-from agents.plots import plot_comparison, plot_run
+from agents.training.metrics import METRICS_FILE
+from agents.training.plots import plot_comparison, plot_run
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -29,11 +29,11 @@ from pathlib import Path
 
 from transformers import HfArgumentParser
 
-from agents.export import MODEL_DIR
-from agents.metrics import read_metrics
-from agents.plots import learner_columns
-from agents.statistics import reward_rise
-from agents.trainer import TrainConfig, Trainer
+from agents.training.export import MODEL_DIR
+from agents.training.metrics import read_metrics
+from agents.training.plots import learner_columns
+from agents.evaluation.statistics import reward_rise
+from agents.training.trainer import TrainConfig, Trainer
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -51,7 +51,7 @@ def build_parser() -> HfArgumentParser:
 
 def learning_summary(out: Path, batch_size: int, k: int = 3) -> list[str]:
     """One line per learner: task reward and KL at the start and at the end of the run (the means of
-    the first and the last ``k`` iterations), and the rise in standard errors (agents.statistics)."""
+    the first and the last ``k`` iterations), and the rise in standard errors (agents.evaluation.statistics)."""
     df = read_metrics(out)
     k = min(k, len(df) // 2)
     if k < 1:
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
         logging.getLogger(name).addHandler(handler)
     trainer = Trainer(config)
     out = trainer.train()
-    if trainer.stopped_by:  # Ctrl-C or SIGTERM: a checkpoint after the iteration (agents.interrupt)
+    if trainer.stopped_by:  # Ctrl-C or SIGTERM: a checkpoint after the iteration (agents.training.interrupt)
         sys.exit(128 + getattr(signal.Signals, trainer.stopped_by, signal.SIGTERM).value)
     if not trainer.data_parallel.is_main_process:
         return

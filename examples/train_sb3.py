@@ -2,7 +2,7 @@
 
 The role is a single-agent Gymnasium environment (``cory/PioneerObserverRole-v0``);
 SB3's own ``MultiInputPolicy`` reads it through a small token-embedding features
-extractor (agents/sb3.py). About 10 seconds on one CPU core.
+extractor (agents/integrations/sb3.py). About 10 seconds on one CPU core.
 
     python examples/train_sb3.py                                  # the pioneer alone
     python examples/train_sb3.py --role observer                  # the observer, after a fixed pioneer
@@ -26,8 +26,8 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 
 import cory_env
-from agents.plots import plot_run
-from agents.sb3 import RolloutMetricsCallback, episode_rewards, token_policy_kwargs
+from agents.training.plots import plot_run
+from agents.integrations.sb3 import RolloutMetricsCallback, episode_rewards, token_policy_kwargs
 from cory_env.tasks.toy import TOY_PROMPTS, add_task_arguments, reward_from_arguments, toy_tokenizer
 
 

@@ -3,7 +3,7 @@
 TorchRL consumes the multi-agent AEC environment itself, through
 ``torchrl.envs.PettingZooWrapper(env=cory_env.env(numeric_infos=True, ...), use_mask=True)``:
 each role is a group, and the trained role's policy and value networks are the
-token-embedding modules of agents/torchrl_policy.py. The other role, when there is one,
+token-embedding modules of agents/integrations/torchrl.py. The other role, when there is one,
 always says ``--other-word``. The PPO loss counts the steps where the trained role acts
 (TorchRL's ``(group, "mask")``); its critic learns from every step.
 
@@ -34,9 +34,9 @@ from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
 
 import cory_env
-from agents.metrics import MetricsLogger
-from agents.plots import plot_run
-from agents.torchrl_policy import (
+from agents.training.metrics import MetricsLogger
+from agents.training.plots import plot_run
+from agents.integrations.torchrl import (
     episode_rewards,
     finished_episode_rewards,
     fixed_token_policy,

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agents.advantages import whiten
-from agents.distributed import DataParallel, fingerprint
+from agents.algorithms.advantages import whiten
+from agents.distributed.data_parallel import DataParallel, fingerprint
 
 from .two_processes import join_two_processes
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agents.fsdp import is_sharded
-from agents.ppo import PPOLearner
-from agents.trainer import LEARNERS, TrainConfig, Trainer, _trainable_parameters
-from agents.value_model import CausalLMWithValueHead
+from agents.distributed.fsdp import is_sharded
+from agents.learners.ppo import PPOLearner
+from agents.training.trainer import LEARNERS, TrainConfig, Trainer, _trainable_parameters
+from agents.learners.value_model import CausalLMWithValueHead
 
 from .toy import fraction_good
 from .two_processes import join_two_processes, one_iteration

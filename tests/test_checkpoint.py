@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
-from agents.checkpoint import (
+from agents.training.checkpoint import (
     CheckpointError,
     DamagedCheckpointError,
     UntrustedCheckpointError,
@@ -26,7 +26,7 @@ from agents.checkpoint import (
     main,
     save_checkpoint,
 )
-from agents.trainer import Trainer
+from agents.training.trainer import Trainer
 
 from .test_training import PROMPTS, metrics_without_timing, toy_config, toy_model  # noqa: F401 (a fixture)
 from .toy import fraction_good
@@ -53,7 +53,7 @@ def test_a_failed_save_leaves_the_previous_checkpoint_and_no_partial_file(tmp_pa
             f.write(b"half a checkpoint")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("agents.checkpoint.save_file", disk_full)
+    monkeypatch.setattr("agents.training.checkpoint.save_file", disk_full)
     with pytest.raises(OSError, match="No space"):
         save_checkpoint(tmp_path, 1, {"iteration": 2, "w": torch.ones(3)})
     assert list_checkpoints(tmp_path) == [first]
@@ -144,7 +144,7 @@ def test_a_pickle_that_would_run_code_is_refused_and_runs_nothing(tmp_path, toy_
     legacy.parent.mkdir(parents=True)
     torch.save({"iteration": 5, "payload": Payload(marker)}, legacy)
     assert not marker.exists()
-    with pytest.raises(UntrustedCheckpointError, match=r"old pickle format.*--trust-checkpoint.*agents.checkpoint convert"):
+    with pytest.raises(UntrustedCheckpointError, match=r"old pickle format.*--trust-checkpoint.*agents.training.checkpoint convert"):
         load_checkpoint(legacy)
     config = toy_config(toy_model, tmp_path / "run", algo="ppo", iterations=6, resume=True)
     with pytest.raises(UntrustedCheckpointError, match="--trust-checkpoint"):
@@ -204,7 +204,7 @@ def test_load_latest_falls_back_to_the_newest_intact_checkpoint(tmp_path, caplog
         save_checkpoint(tmp_path, i, _state(i), keep=3)
     newest = latest_checkpoint(tmp_path)
     newest.write_bytes(newest.read_bytes()[:1000])
-    with caplog.at_level(logging.WARNING, logger="agents.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="agents.training.checkpoint"):
         path, state = load_latest(tmp_path)
     assert path.name == "iter_000001.safetensors" and state["iteration"] == 2
     assert "iter_000002.safetensors" in caplog.text and "resuming from iter_000001.safetensors (iteration 1)" in caplog.text
@@ -227,7 +227,7 @@ def test_resume_skips_a_damaged_newest_checkpoint_and_still_matches_an_uninterru
     data = bytearray(newest.read_bytes())
     data[-5] ^= 0xFF  # one byte of the last tensor
     newest.write_bytes(bytes(data))
-    with caplog.at_level(logging.WARNING, logger="agents.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="agents.training.checkpoint"):
         Trainer(toy_config(toy_model, run, iterations=4, resume=True, **kw), prompts=PROMPTS,
                 reward_fn=fraction_good).train(progress=False)  # fmt: skip
     assert "SHA-256" in caplog.text and "(iteration 1)" in caplog.text
@@ -260,7 +260,7 @@ def test_evaluate_and_export_refuse_an_old_checkpoint_unless_trusted(tmp_path):
     import importlib.util
     from pathlib import Path
 
-    from agents.evaluation import EvalConfig, evaluate
+    from agents.evaluation.held_out import EvalConfig, evaluate
 
     marker = tmp_path / "code_ran"
     legacy = tmp_path / "checkpoints" / "iter_000000.pt"

@@ -23,9 +23,9 @@ import pytest
 import torch.multiprocessing as mp
 from transformers import HfArgumentParser
 
-from agents.distributed import DataParallel, fingerprint
-from agents.trainer import TrainConfig, Trainer
-from agents.zero import ZeROSettings
+from agents.distributed.data_parallel import DataParallel, fingerprint
+from agents.training.trainer import TrainConfig, Trainer
+from agents.distributed.zero import ZeROSettings
 
 from .test_distributed import PROMPTS, ROOT, accelerate_launch, free_port, launch_args, toy_config
 from .test_fsdp import MULTI_GPU_CONFIG, assert_states_close, whole_state

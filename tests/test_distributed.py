@@ -26,10 +26,10 @@ import torch
 import torch.multiprocessing as mp
 from transformers import HfArgumentParser
 
-from agents.advantages import whiten
-from agents.checkpoint import latest_checkpoint, load_checkpoint
-from agents.distributed import DataParallel, fingerprint
-from agents.trainer import TrainConfig, Trainer
+from agents.algorithms.advantages import whiten
+from agents.training.checkpoint import latest_checkpoint, load_checkpoint
+from agents.distributed.data_parallel import DataParallel, fingerprint
+from agents.training.trainer import TrainConfig, Trainer
 
 from .distributed_worker import collectives_worker
 from .test_training import toy_cli_args as launch_args  # the CLI flags of a tiny run

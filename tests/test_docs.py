@@ -71,7 +71,7 @@ def test_every_nav_page_is_built(site):
 
 
 def test_cli_page_is_the_scripts_own_help(site):
-    from agents.trainer import TrainConfig
+    from agents.training.trainer import TrainConfig
 
     html = text(page(site, "cli"))
     assert "cli-reference" not in html
@@ -103,11 +103,11 @@ def test_api_page_documents_the_public_api(site):
         "cory_env.rewards.base.RewardFunctionError",
         "cory_env.tasks.sentiment.sentiment_prompts",
         "cory_env.models.load_causal_lm",
-        "agents.lm_actor.LMActor",
-        "agents.ppo.PPOLearner",
-        "agents.ppo.PPOConfig",
-        "agents.trainer.Trainer",
-        "agents.trainer.TrainConfig",
+        "agents.acting.actor.LMActor",
+        "agents.learners.ppo.PPOLearner",
+        "agents.learners.ppo.PPOConfig",
+        "agents.training.trainer.Trainer",
+        "agents.training.trainer.TrainConfig",
     ):
         assert f'id="{identifier}"' in html, identifier
     # Sphinx roles became links or code, doctest prompts became code blocks.

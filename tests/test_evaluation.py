@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from agents.evaluation import (
+from agents.evaluation.held_out import (
     EvalConfig,
     distinct_n,
     evaluate,
@@ -30,8 +30,8 @@ from agents.evaluation import (
     summarize,
     task_prompts,
 )
-from agents.ppo import Episode
-from agents.trainer import TrainConfig, Trainer
+from agents.learners.ppo import Episode
+from agents.training.trainer import TrainConfig, Trainer
 from cory_env import env
 from cory_env.prompts import PromptList
 

@@ -19,10 +19,10 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file
 from transformers import HfArgumentParser
 
-from agents.checkpoint import latest_checkpoint, load_checkpoint
-from agents.distributed import DataParallel, fingerprint
-from agents.fsdp import FSDPSettings, shard
-from agents.trainer import TrainConfig, Trainer
+from agents.training.checkpoint import latest_checkpoint, load_checkpoint
+from agents.distributed.data_parallel import DataParallel, fingerprint
+from agents.distributed.fsdp import FSDPSettings, shard
+from agents.training.trainer import TrainConfig, Trainer
 
 from .fsdp_worker import fsdp_worker
 from .test_distributed import PROMPTS, ROOT, accelerate_launch, free_port, launch_args, toy_config

@@ -16,13 +16,13 @@ import torch
 from transformers import HfArgumentParser
 from trl.trainer.utils import nanstd
 
-from agents.advantages import group_advantages
-from agents.checkpoint import load_checkpoint
-from agents.grpo import GRPOConfig, GRPOLearner
-from agents.kl import kl_per_token
-from agents.learner import Learner
-from agents.ppo import PPOLearner
-from agents.trainer import LEARNERS, TrainConfig, Trainer
+from agents.algorithms.advantages import group_advantages
+from agents.training.checkpoint import load_checkpoint
+from agents.learners.grpo import GRPOConfig, GRPOLearner
+from agents.algorithms.kl import kl_per_token
+from agents.learners.base import Learner
+from agents.learners.ppo import PPOLearner
+from agents.training.trainer import LEARNERS, TrainConfig, Trainer
 from cory_env.prompts import Prompt, repeat_each
 
 from .test_training import cli, cli_env, toy_cli_args, toy_config

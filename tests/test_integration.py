@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from agents.lm_actor import LMActor
+from agents.acting.actor import LMActor
 from cory_env import CollectiveRewardWrapper, RoleExchangeWrapper, env
 from cory_env.rewards.sentiment import vader_sentiment
 from cory_env.tasks.sentiment import sentiment_prompts
@@ -78,8 +78,8 @@ def test_ppo_at_the_default_settings_raises_the_embedded_models_sentiment(tmp_pa
     30 iterations at seed 0, the task reward's last 3 iterations above its first 3 by 2 standard errors."""
     import pandas as pd
 
-    from agents.statistics import reward_rise
-    from agents.trainer import TrainConfig, Trainer
+    from agents.evaluation.statistics import reward_rise
+    from agents.training.trainer import TrainConfig, Trainer
 
     config = TrainConfig(algo="ppo", iterations=30, seed=0, out=str(tmp_path), tensorboard=False, save_model=False,
                          checkpoint_every=100)  # fmt: skip

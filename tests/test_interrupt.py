@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from agents.interrupt import StopRequests
+from agents.training.interrupt import StopRequests
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from agents.metrics import MetricsLogger, read_metrics
-from agents.plots import plot_comparison, plot_run
+from agents.training.metrics import MetricsLogger, read_metrics
+from agents.training.plots import plot_comparison, plot_run
 
 REPO = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

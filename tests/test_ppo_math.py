@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from agents.advantages import explained_variance, gae, whiten
-from agents.kl import AdaptiveKLController, FixedKLController, kl_per_token, token_rewards
-from agents.losses import policy_loss, value_loss
+from agents.algorithms.advantages import explained_variance, gae, whiten
+from agents.algorithms.kl import AdaptiveKLController, FixedKLController, kl_per_token, token_rewards
+from agents.algorithms.losses import policy_loss, value_loss
 
 D = torch.float64
 

@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from agents.plots import plot_kl_vs_reward
-from agents.reward_benchmark import main
-from agents.trainer import TrainConfig
+from agents.training.plots import plot_kl_vs_reward
+from agents.evaluation.reward_benchmark import main
+from agents.training.trainer import TrainConfig
 
 from .toy import save_tiny_llama, toy_tokenizer
 
@@ -216,4 +216,4 @@ def test_console_script_and_module_entry_points():
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     module, _, function = scripts["cory-bench"].partition(":")
     assert getattr(importlib.import_module(module), function) is main
-    assert 'if __name__ == "__main__":\n    main()' in (ROOT / "agents" / "reward_benchmark.py").read_text()
+    assert 'if __name__ == "__main__":\n    main()' in (ROOT / "agents" / "evaluation" / "reward_benchmark.py").read_text()

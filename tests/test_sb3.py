@@ -14,7 +14,7 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 
 import cory_env
-from agents.sb3 import RolloutMetricsCallback, TokenEmbeddingExtractor, episode_rewards, token_policy_kwargs
+from agents.integrations.sb3 import RolloutMetricsCallback, TokenEmbeddingExtractor, episode_rewards, token_policy_kwargs
 from cory_env.tasks.toy import TOY_PROMPTS, echo_last_word, fraction_good, toy_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]

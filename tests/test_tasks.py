@@ -235,7 +235,7 @@ def tiny_model(tmp_path_factory, gpt2_tokenizer) -> Path:
 
 
 def _config(model: Path, out: Path, **kw):
-    from agents.trainer import TrainConfig
+    from agents.training.trainer import TrainConfig
 
     settings = dict(model=str(model), iterations=1, batch_size=2, mini_batch_size=2, ppo_epochs=1, out=str(out),
                     tensorboard=False, min_new_tokens=4, max_new_tokens=8)  # fmt: skip
@@ -244,7 +244,7 @@ def _config(model: Path, out: Path, **kw):
 
 
 def test_trainer_runs_the_gsm8k_task_with_its_defaults(tiny_model, tmp_path):
-    from agents.trainer import Trainer
+    from agents.training.trainer import Trainer
 
     trainer = Trainer(_config(tiny_model, tmp_path / "run", task="gsm8k", prompt_source="gsm_symbolic"))
     assert trainer.config.reward == "gsm8k"
@@ -259,7 +259,7 @@ def test_trainer_runs_the_gsm8k_task_with_its_defaults(tiny_model, tmp_path):
 
 
 def test_trainer_runs_a_task_file_with_own_templates(tiny_model, tmp_path):
-    from agents.trainer import Trainer
+    from agents.training.trainer import Trainer
 
     path = _write_csv(tmp_path / "mine.csv", ROWS)
     config = _config(tiny_model, tmp_path / "run", task="gsm8k", task_file=str(path), context_length=64,

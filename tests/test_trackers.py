@@ -17,9 +17,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from agents.metrics import MetricsLogger
-from agents.trackers import installed_trackers, resolve_report_to, supported_trackers
-from agents.trainer import TrainConfig, Trainer
+from agents.training.metrics import MetricsLogger
+from agents.training.trackers import installed_trackers, resolve_report_to, supported_trackers
+from agents.training.trainer import TrainConfig, Trainer
 
 from .test_training import toy_config
 from .toy import fraction_good, save_tiny_llama, toy_tokenizer
@@ -258,13 +258,15 @@ def test_a_resumed_run_reports_each_iteration_once(toy_model, tmp_path):
     resumed = dataclasses.replace(config, iterations=3, resume=True)
     Trainer(resumed, prompts=PROMPTS, reward_fn=fraction_good).train(progress=False)
     rewards = pd.read_csv(tmp_path / "metrics.csv")["pioneer/task_reward_mean"].tolist()
-    reported = tensorboard_scalars(tmp_path)["pioneer/task_reward_mean"]
+    # Sorted: TensorBoard reads event files in name order, and two writers of one process in one second
+    # are told apart by a counter (".9" sorts after ".10"); a resumed run is another process, later.
+    reported = sorted(tensorboard_scalars(tmp_path)["pioneer/task_reward_mean"])
     assert [step for step, _ in reported] == [0, 1, 2] and [v for _, v in reported] == pytest.approx(rewards)
 
 
 def test_evaluating_a_run_reports_to_no_tracker():
     """A run's own trackers (wandb, say) are not needed, or maybe installed, where it is evaluated."""
-    from agents.evaluation import train_config_from
+    from agents.evaluation.held_out import train_config_from
 
     saved = dataclasses.asdict(TrainConfig(report_to="tensorboard,wandb,mlflow"))
     config = train_config_from(saved)

@@ -17,8 +17,8 @@ import pytest
 import torch
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-from agents.checkpoint import load_checkpoint
-from agents.trainer import TrainConfig, Trainer
+from agents.training.checkpoint import load_checkpoint
+from agents.training.trainer import TrainConfig, Trainer
 
 from .toy import fraction_good, save_tiny_llama, toy_tokenizer
 
@@ -207,7 +207,7 @@ def test_a_new_run_does_not_silently_replace_an_old_one(toy_model, tmp_path):
 
 def test_resume_continues_further_but_refuses_other_settings(toy_model, tmp_path, caplog):
     first = toy_config(toy_model, tmp_path, algo="ppo", iterations=1, resume=True)
-    with caplog.at_level("WARNING", logger="agents.trainer"):
+    with caplog.at_level("WARNING", logger="agents.training.trainer"):
         Trainer(first, prompts=PROMPTS, reward_fn=fraction_good).train(progress=False)
     assert "no checkpoint" in caplog.text and "iteration 0" in caplog.text
     other = toy_config(toy_model, tmp_path, algo="ppo", iterations=2, resume=True, lr=1e-3, kl_coef=0.1)
@@ -220,7 +220,7 @@ def test_resume_continues_further_but_refuses_other_settings(toy_model, tmp_path
 
 @pytest.mark.parametrize("bf16", [False, True])
 def test_bf16_warns_on_a_cpu_without_bfloat16_arithmetic(toy_model, tmp_path, caplog, bf16):
-    with caplog.at_level("WARNING", logger="agents.trainer"):
+    with caplog.at_level("WARNING", logger="agents.training.trainer"):
         Trainer(toy_config(toy_model, tmp_path, algo="ppo", bf16=bf16), prompts=PROMPTS, reward_fn=fraction_good)
     native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
     assert ("no bfloat16 arithmetic" in caplog.text) == (bf16 and not native)
@@ -333,8 +333,8 @@ def test_observer_checkpointing_needs_an_observer(toy_model, tmp_path):
 @pytest.mark.parametrize("gradient_accumulation_steps", [1, 2])
 def test_one_minibatch_reuses_the_first_forward_as_the_scoring_pass(toy_model, gradient_accumulation_steps):
     """With mini-batch = batch, epoch 0's forward doubles as the scoring pass: one forward fewer, same update."""
-    from agents.ppo import Episode, PPOConfig, PPOLearner
-    from agents.value_model import CausalLMWithValueHead
+    from agents.learners.ppo import Episode, PPOConfig, PPOLearner
+    from agents.learners.value_model import CausalLMWithValueHead
     from cory_env.models import load_causal_lm
 
     torch.manual_seed(0)
@@ -369,7 +369,7 @@ def test_one_minibatch_reuses_the_first_forward_as_the_scoring_pass(toy_model, g
 
 @pytest.mark.parametrize("cpu_linear", [True, False])
 def test_cpu_runs_use_the_cpu_linear_layers_unless_told_not_to(toy_model, tmp_path, cpu_linear):
-    from agents.cpu_linear import CPULinear
+    from agents.speed.cpu_linear import CPULinear
 
     trainer = Trainer(toy_config(toy_model, tmp_path / "run", algo="cory", device="cpu", cpu_linear=cpu_linear),
                       prompts=PROMPTS, reward_fn=fraction_good)  # fmt: skip
@@ -381,8 +381,8 @@ def test_cpu_runs_use_the_cpu_linear_layers_unless_told_not_to(toy_model, tmp_pa
 
 def toy_ppo_learner(toy_model: Path, config, seed: int = 1):
     """A PPO learner on the toy model (its own copy; a frozen reference), and a 4-conversation episode."""
-    from agents.ppo import Episode, PPOLearner
-    from agents.value_model import CausalLMWithValueHead
+    from agents.learners.ppo import Episode, PPOLearner
+    from agents.learners.value_model import CausalLMWithValueHead
     from cory_env.models import load_causal_lm
 
     torch.manual_seed(0)
@@ -399,7 +399,7 @@ def toy_ppo_learner(toy_model: Path, config, seed: int = 1):
 def test_clipping_inside_the_fused_optimizer_step_equals_clip_grad_norm(toy_model, max_grad_norm):
     """The fused AdamW divides each gradient by the clipping factor as it reads it: the same update
     as clip_grad_norm_ then step (to float32 rounding when clipping acts; exactly when it does not)."""
-    from agents.ppo import PPOConfig
+    from agents.learners.ppo import PPOConfig
     from cory_env.models import load_causal_lm
 
     config = PPOConfig(mini_batch_size=2, ppo_epochs=2, learning_rate=1e-3, max_grad_norm=max_grad_norm)
@@ -422,7 +422,7 @@ def test_clipping_inside_the_fused_optimizer_step_equals_clip_grad_norm(toy_mode
 
 
 def test_grad_norm_is_the_mean_norm_before_clipping_and_explained_variance_is_logged(toy_model):
-    from agents.ppo import PPOConfig
+    from agents.learners.ppo import PPOConfig
 
     config = PPOConfig(mini_batch_size=2, ppo_epochs=2, learning_rate=1e-3, max_grad_norm=1e-3)
     learner, episode = toy_ppo_learner(toy_model, config)
@@ -439,8 +439,8 @@ def test_grad_norm_is_the_mean_norm_before_clipping_and_explained_variance_is_lo
 
 
 def test_scoring_passes_keep_exactly_the_columns_that_predict_the_response(toy_model):
-    from agents.lm_learner import predicting_columns, response_logits
-    from agents.value_model import CausalLMWithValueHead
+    from agents.learners.lm import predicting_columns, response_logits
+    from agents.learners.value_model import CausalLMWithValueHead
     from cory_env.models import load_causal_lm
 
     torch.manual_seed(0)
@@ -463,9 +463,9 @@ def test_scoring_passes_keep_exactly_the_columns_that_predict_the_response(toy_m
 def test_the_critic_starts_at_zero_so_the_first_advantages_are_the_reward_to_go(toy_model):
     """A random value head's noise was 95% of the first advantages' variance on the embedded model
     (docs/why-it-learns.md): a fresh head predicts 0 everywhere, and learns from the first update on."""
-    from agents.advantages import gae
-    from agents.kl import token_rewards
-    from agents.ppo import PPOConfig
+    from agents.algorithms.advantages import gae
+    from agents.algorithms.kl import token_rewards
+    from agents.learners.ppo import PPOConfig
 
     learner, episode = toy_ppo_learner(toy_model, PPOConfig(mini_batch_size=4, ppo_epochs=1, learning_rate=1e-3))
     T = episode.response_width
@@ -482,7 +482,7 @@ def test_the_critic_starts_at_zero_so_the_first_advantages_are_the_reward_to_go(
 
 
 def test_the_value_head_can_learn_at_its_own_rate(toy_model):
-    from agents.ppo import PPOConfig
+    from agents.learners.ppo import PPOConfig
 
     learner, _ = toy_ppo_learner(toy_model, PPOConfig(learning_rate=1e-6, value_learning_rate=1e-3))
     head = {id(p) for p in learner.model.v_head.parameters()}

@@ -16,7 +16,7 @@ def join_two_processes(rank: int, port: int, **environment: str) -> None:
 
 def one_iteration(model: str, results: str) -> Any:
     """A CORY trainer on ``model`` after one small iteration (batch 4, two minibatches)."""
-    from agents.trainer import TrainConfig, Trainer
+    from agents.training.trainer import TrainConfig, Trainer
 
     from .toy import fraction_good
 

@@ -27,8 +27,8 @@ COMMANDS: dict[str, str] = {
     "python examples/train_torchrl.py": "examples/train_torchrl.py:build_parser",
     "python examples/evaluate.py": "examples/evaluate.py:build_parser",
     "python examples/export_model.py": "examples/export_model.py:build_parser",
-    "cory-bench": "agents.reward_benchmark:build_parser",
-    "python -m agents.checkpoint": "agents.checkpoint:build_parser",
+    "cory-bench": "agents.evaluation.reward_benchmark:build_parser",
+    "python -m agents.training.checkpoint": "agents.training.checkpoint:build_parser",
 }
 PAGE = "cli.md"
 MARKER = "<!-- cli-reference -->"

@@ -19,7 +19,7 @@ over (a loop that fills and frees one 256 MiB tensor settles at about 2 GB). In 
 loop the peak stays the same (5.28 vs 5.27 GB at the benchmark's settings), and over a
 30-iteration CORY run with 4-15-token responses resident memory went from 5.30 GB after the
 first iteration to 5.45 GB from the 22nd on. The setting is process-wide and lasts until
-exit: the :class:`~agents.trainer.Trainer` applies it to CPU runs unless
+exit: the :class:`~agents.training.trainer.Trainer` applies it to CPU runs unless
 ``--no-retain-freed-memory``. It is the same as starting Python with
 ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647`` in the environment.
 """

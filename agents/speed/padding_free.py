@@ -29,9 +29,9 @@ would mask each context apart by its restarting positions, without the shared to
 unpacking its outputs raises an error that names the fix.
 
 :func:`enable` switches a model from sdpa to :data:`ATTENTION` (``--no-padding-free`` leaves it
-alone); :func:`~agents.lm_learner.response_logits` and the PPO learner's passes then pack
+alone); :func:`~agents.learners.lm.response_logits` and the PPO learner's passes then pack
 whenever :func:`is_enabled` says so and the batch's masks allow (each context's real tokens in
-one run, at least one before the response). So does :class:`~agents.lm_actor.LMActor` when it
+one run, at least one before the response). So does :class:`~agents.acting.actor.LMActor` when it
 prefills a turn's prompts: :meth:`PackedBatch.left_pad` then lays the KV cache out as a padded
 prefill leaves it, and the token steps run as before. Other attention implementations (eager,
 flash attention) keep the padded passes.
@@ -103,7 +103,7 @@ class PackedBatch:
     @classmethod
     def pack(cls, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: torch.Tensor) -> PackedBatch | None:
         """Pack ``(B, W)`` contexts, keeping the outputs of the columns ``keep`` (increasing; for the
-        response, :func:`~agents.lm_learner.predicting_columns`). ``None`` if nothing is padded and
+        response, :func:`~agents.learners.lm.predicting_columns`). ``None`` if nothing is padded and
         no context shares tokens with an earlier one (the padded pass is the same), if some
         context is empty, if its real tokens are not one run, or if they start after ``keep[0]``
         (the padded pass handles those)."""
@@ -145,7 +145,7 @@ class PackedBatch:
         if not self.attended:
             raise RuntimeError(
                 "the model's attention never received the packed batch, so its contexts were not kept apart: "
-                "its attention implementation is not agents.padding_free's (turn padding-free passes off: "
+                "its attention implementation is not agents.speed.padding_free's (turn padding-free passes off: "
                 "--no-padding-free, or TrainConfig(padding_free=False))"
             )
         return x.reshape(self.batch_size, -1, *x.shape[2:])

@@ -2,17 +2,17 @@
 controller, gradient averaging over processes, reference scoring and checkpoints.
 
 A subclass passes its policy module and the causal LM inside it that acts, and implements
-:meth:`~agents.learner.Learner.learn`. :class:`LMLearner` then provides the rest of the
-:class:`~agents.learner.Learner` interface:
+:meth:`~agents.learners.base.Learner.learn`. :class:`LMLearner` then provides the rest of the
+:class:`~agents.learners.base.Learner` interface:
 
-* ``act``: one incremental forward pass per token step (:class:`~agents.lm_actor.LMActor`,
+* ``act``: one incremental forward pass per token step (:class:`~agents.acting.actor.LMActor`,
   KV cache), sampling with this learner's own generator;
 * ``optimizer``: AdamW over the trainable weights only (a LoRA adapter and not its shared
   base), the fused kernel where the device has it; :meth:`_optimizer_step` averages the
   gradients over the processes of a data-parallel run, clips and steps; a subclass's ``learn``
   calls :meth:`_backward` for each (accumulation-scaled) loss and :meth:`_optimizer_step` at
   each accumulation boundary, which under DeepSpeed ZeRO-1/2 go through this learner's own
-  engine (:mod:`agents.zero`); with the fused kernel the clipping coefficient is applied as
+  engine (:mod:`agents.distributed.zero`); with the fused kernel the clipping coefficient is applied as
   the kernel reads each gradient instead of in a pass of its own;
 * ``kl_ctl``: a fixed or adaptive (Ziegler et al., 2019) KL coefficient;
 * ``state_dict``/``load_state_dict``: the trainable weights by name, the optimizer, the
@@ -31,11 +31,11 @@ import torch
 from torch import nn
 from trl.trainer.utils import selective_log_softmax
 
-from agents.distributed import DataParallel
-from agents.fsdp import is_sharded
-from agents.kl import AdaptiveKLController, FixedKLController, kl_per_token
-from agents.learner import Episode
-from agents.lm_actor import LMActor, forward_inputs
+from agents.distributed.data_parallel import DataParallel
+from agents.distributed.fsdp import is_sharded
+from agents.algorithms.kl import AdaptiveKLController, FixedKLController, kl_per_token
+from agents.learners.base import Episode
+from agents.acting.actor import LMActor, forward_inputs
 
 
 def predicting_columns(width: int, T: int, device: torch.device | str | None = None) -> torch.Tensor:
@@ -52,7 +52,7 @@ def response_inputs(
 ) -> tuple[dict[str, Any], Callable[[torch.Tensor], torch.Tensor]]:
     """Keyword arguments of a forward pass of ``model`` whose outputs predict the last ``T`` tokens
     (the response) of ``(B, W)`` left-padded contexts, and the function that shapes those outputs
-    ``(B, T, ...)``: :func:`~agents.lm_actor.forward_inputs` at :func:`predicting_columns`."""
+    ``(B, T, ...)``: :func:`~agents.acting.actor.forward_inputs` at :func:`predicting_columns`."""
     return forward_inputs(model, input_ids, attention_mask, predicting_columns(input_ids.shape[1], T, input_ids.device))
 
 
@@ -77,7 +77,7 @@ class LMLearner:
         kl_coef: the KL coefficient (initial value, if adaptive).
         seed: seeds this learner's token sampling (on the model's device) and minibatch shuffling.
         sampling: keyword arguments for :class:`LMActor` (do_sample, temperature, top_k, top_p).
-        data_parallel: the processes of a data-parallel run (:mod:`agents.distributed`).
+        data_parallel: the processes of a data-parallel run (:mod:`agents.distributed.data_parallel`).
             Default: a single process.
     """
 
@@ -112,7 +112,7 @@ class LMLearner:
         # `grad_scale` as it reads it (the hook torch.amp.GradScaler uses), saves a pass over all
         # gradients per step. Sharded (FSDP) gradients keep clip_grad_norm_, which reduces their norm.
         self._clip_in_step = fused and not self.data_parallel.sharded
-        # DeepSpeed ZeRO (agents.zero): the engine is built at the first backward pass, after the trainer
+        # DeepSpeed ZeRO (agents.distributed.zero): the engine is built at the first backward pass, after the trainer
         # made the weights equal everywhere; it then owns the optimizer's state (partitioned).
         self._engine = None
         self._param_groups = self.optimizer.state_dict()["param_groups"]
@@ -166,7 +166,7 @@ class LMLearner:
     @torch.no_grad()
     def kl_to_reference(self, ep: Episode) -> np.ndarray:
         """Exact KL to the reference summed over each response, ``(B,)``: per conversation, the
-        quantity whose batch mean ``learn`` logs as ``kl`` (used by :mod:`agents.evaluation`)."""
+        quantity whose batch mean ``learn`` logs as ``kl`` (used by :mod:`agents.evaluation.held_out`)."""
         T = ep.response_width
         ids, mask = ep.input_ids.to(self.device), ep.attention_mask.to(self.device)
         self.model.eval()
@@ -188,7 +188,7 @@ class LMLearner:
         self._engine.backward(loss, scale_wrt_gas=False)
 
     def _build_engine(self) -> None:
-        from agents.zero import engine, load_optimizer_state
+        from agents.distributed.zero import engine, load_optimizer_state
 
         self._engine = engine(self.model, self.optimizer, self.data_parallel.zero, self.config.max_grad_norm)
         if self._pending_optimizer_state is not None:  # a checkpoint loaded before the engine existed
@@ -244,7 +244,7 @@ class LMLearner:
     def optimizer_state_dict(self) -> dict[str, Any]:
         """The optimizer's state as one process saves it (under DeepSpeed ZeRO: gathered, a collective)."""
         if self._engine is not None:
-            from agents.zero import full_optimizer_state
+            from agents.distributed.zero import full_optimizer_state
 
             return full_optimizer_state(self._engine, self._params, self._param_groups)
         if self._pending_optimizer_state is not None:
@@ -255,7 +255,7 @@ class LMLearner:
         if self.data_parallel.zero is None:
             self.optimizer.load_state_dict(state)
         elif self._engine is not None:
-            from agents.zero import load_optimizer_state
+            from agents.distributed.zero import load_optimizer_state
 
             load_optimizer_state(self._engine, self._params, state)
         else:  # put into the engine's partitions when it is built

@@ -3,19 +3,19 @@
 No value head and no GAE: the batch holds ``group_size`` responses to each prompt
 (the trainer repeats each prompt, :func:`cory_env.prompts.repeat_each`), and a
 response's advantage is its sequence-level reward relative to its group's
-(:func:`agents.advantages.group_advantages`), the same at every token of the response.
+(:func:`agents.algorithms.advantages.group_advantages`), the same at every token of the response.
 Under CORY the reward is the collective one and groups are formed by query: the observers
 of a group answer the same query, each after its own pioneer's response.
 
 One iteration for a learner:
 
-1. rollout: the learner acts with its KV cache (:class:`~agents.lm_actor.LMActor`);
+1. rollout: the learner acts with its KV cache (:class:`~agents.acting.actor.LMActor`);
 2. scoring: one forward pass of the policy (log-probs of the sampled tokens) and of the
    frozen reference over prompt + response; the exact KL to the reference (logged, as PPO);
 3. advantages per group of ``group_size`` conversations: ``grpo`` normalises by the
    group's mean and std, ``rloo`` subtracts the mean of the other responses;
 4. ``epochs`` passes over shuffled minibatches of the clipped ratio loss (PPO's,
-   :func:`agents.losses.policy_loss`, token-level mean) plus the KL term below.
+   :func:`agents.algorithms.losses.policy_loss`, token-level mean) plus the KL term below.
 
 The KL to the reference, ``kl_coef`` (beta), is applied where the two reference trainers do:
 
@@ -43,12 +43,12 @@ import torch
 from torch import nn
 from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
-from agents.advantages import GROUP_BASELINES, group_advantages, masked_mean
-from agents.distributed import DataParallel
-from agents.kl import ESTIMATORS, kl_per_token
-from agents.learner import Episode, reward_metrics
-from agents.lm_learner import LMLearner, response_logits
-from agents.losses import policy_loss
+from agents.algorithms.advantages import GROUP_BASELINES, group_advantages, masked_mean
+from agents.distributed.data_parallel import DataParallel
+from agents.algorithms.kl import ESTIMATORS, kl_per_token
+from agents.learners.base import Episode, reward_metrics
+from agents.learners.lm import LMLearner, response_logits
+from agents.algorithms.losses import policy_loss
 
 KL_PENALTIES = ("loss", "reward")
 
@@ -96,12 +96,12 @@ class GRPOLearner(LMLearner):
     """A group-relative learning agent: policy (a causal LM, no value head), optimizer, KL controller.
 
     Args:
-        model: the trainable causal LM (full weights, or an :class:`~agents.adapters.AdapterView`).
+        model: the trainable causal LM (full weights, or an :class:`~agents.training.adapters.AdapterView`).
         reference: the frozen reference causal LM (may be shared between learners).
         config: :class:`GRPOConfig`.
         seed: seeds this learner's token sampling (on the model's device) and minibatch shuffling.
         sampling: keyword arguments for :class:`LMActor` (do_sample, temperature, top_k, top_p).
-        data_parallel: the processes of a data-parallel run (:mod:`agents.distributed`): gradients
+        data_parallel: the processes of a data-parallel run (:mod:`agents.distributed.data_parallel`): gradients
             are averaged over them, and the KL controller and returned statistics use all of them.
             Groups never span processes (each process plays whole groups), so advantages stay local.
 

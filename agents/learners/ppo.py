@@ -2,7 +2,7 @@
 
 One iteration for a learner, as in TRL 0.7's ``PPOTrainer.step`` (which CORY's authors used):
 
-1. rollout: the learner acts with its KV cache (:class:`~agents.lm_actor.LMActor`);
+1. rollout: the learner acts with its KV cache (:class:`~agents.acting.actor.LMActor`);
    its final observation holds prompt + response, its info the reward per conversation;
 2. scoring: one forward pass of the policy (log-probs, values) and of the frozen
    reference (log-probs) over the whole context; per-token KL; per-token rewards
@@ -21,13 +21,13 @@ import numpy as np
 import torch
 from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
-from agents.advantages import explained_variance, gae, masked_mean
-from agents.distributed import DataParallel
-from agents.kl import ESTIMATORS, token_rewards
-from agents.learner import Episode
-from agents.lm_learner import LMLearner, response_inputs
-from agents.losses import policy_loss, value_loss
-from agents.value_model import CausalLMWithValueHead
+from agents.algorithms.advantages import explained_variance, gae, masked_mean
+from agents.distributed.data_parallel import DataParallel
+from agents.algorithms.kl import ESTIMATORS, token_rewards
+from agents.learners.base import Episode
+from agents.learners.lm import LMLearner, response_inputs
+from agents.algorithms.losses import policy_loss, value_loss
+from agents.learners.value_model import CausalLMWithValueHead
 
 
 @dataclass
@@ -100,7 +100,7 @@ class PPOLearner(LMLearner):
         config: :class:`PPOConfig`.
         seed: seeds this learner's token sampling (on the model's device) and minibatch shuffling.
         sampling: keyword arguments for :class:`LMActor` (do_sample, temperature, top_k, top_p).
-        data_parallel: the processes of a data-parallel run (:mod:`agents.distributed`): gradients,
+        data_parallel: the processes of a data-parallel run (:mod:`agents.distributed.data_parallel`): gradients,
             score statistics, advantage whitening, the KL controller and the returned statistics
             are then computed over all of them. Default: a single process.
     """

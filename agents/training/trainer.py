@@ -8,9 +8,9 @@ environment with the pioneer alone and its own task reward.
 
 Each iteration: one batched episode (the rollout), then an update per learner. A learner
 is built by the factory ``LEARNERS[config.learner]`` (``--learner ppo|grpo|rloo``); any
-object with the :class:`~agents.learner.Learner` interface can be registered there.
+object with the :class:`~agents.learners.base.Learner` interface can be registered there.
 Under ``accelerate launch`` every process plays its own episode and the updates are
-synchronised (:mod:`agents.distributed`); only the main process writes files.
+synchronised (:mod:`agents.distributed.data_parallel`); only the main process writes files.
 """
 
 from __future__ import annotations
@@ -34,22 +34,22 @@ import torch
 from tqdm.auto import tqdm
 from trl.trainer.utils import disable_dropout_in_model
 
-from agents import padding_free
-from agents.checkpoint import checkpoint_dir, latest_checkpoint, load_latest, save_checkpoint
-from agents.cpu_linear import use_cpu_linear
-from agents.distributed import DataParallel, fingerprint
-from agents.export import MODEL_DIR, save_policies
-from agents.fsdp import full_state, is_sharded, shard_state
-from agents.grpo import GRPOConfig, GRPOLearner
-from agents.host_memory import retain_freed_memory
-from agents.interrupt import StopRequests
-from agents.kl import ESTIMATORS
-from agents.learner import Episode, Learner
-from agents.metrics import MetricsLogger
-from agents.plots import plot_run
-from agents.trackers import resolve_report_to
-from agents.ppo import PPOConfig, PPOLearner
-from agents.value_model import CausalLMWithValueHead
+from agents.speed import padding_free
+from agents.training.checkpoint import checkpoint_dir, latest_checkpoint, load_latest, save_checkpoint
+from agents.speed.cpu_linear import use_cpu_linear
+from agents.distributed.data_parallel import DataParallel, fingerprint
+from agents.training.export import MODEL_DIR, save_policies
+from agents.distributed.fsdp import full_state, is_sharded, shard_state
+from agents.learners.grpo import GRPOConfig, GRPOLearner
+from agents.speed.host_memory import retain_freed_memory
+from agents.training.interrupt import StopRequests
+from agents.algorithms.kl import ESTIMATORS
+from agents.learners.base import Episode, Learner
+from agents.training.metrics import MetricsLogger
+from agents.training.plots import plot_run
+from agents.training.trackers import resolve_report_to
+from agents.learners.ppo import PPOConfig, PPOLearner
+from agents.learners.value_model import CausalLMWithValueHead
 from cory_env import CollectiveRewardWrapper, RoleExchangeWrapper, env
 from cory_env.models import EMBEDDED_MODEL, hugging_face_model, load_causal_lm, load_tokenizer
 from cory_env.prompts import PromptSource, repeat_each
@@ -66,7 +66,7 @@ ROLE_IDS = {"pioneer": 0, "observer": 1}
 #: ``policy`` is this learner's trainable causal LM (full copy or LoRA adapter view, on ``device``),
 #: ``reference`` its frozen reference (learners on one device share it), ``sampling`` LMActor's
 #: keyword arguments. Under ``accelerate launch`` the factory also gets ``data_parallel``
-#: (:class:`~agents.distributed.DataParallel`): the learner must then average its gradients
+#: (:class:`~agents.distributed.data_parallel.DataParallel`): the learner must then average its gradients
 #: over the processes (``data_parallel.average_gradients``) so that their weights stay equal,
 #: and under FSDP shard any module it adds to ``policy`` (``data_parallel.shard``) before
 #: building its optimizer (``policy`` and ``reference`` come sharded).
@@ -164,9 +164,9 @@ class TrainConfig:
     bf16: bool = _f(False, "bfloat16 autocast for forward passes (float32 weights and optimizer)")
     gradient_checkpointing: bool = _f(False, "recompute activations in the backward pass: less memory, more time")
     gradient_checkpointing_observer: bool = _f(False, "CORY: recompute activations only in the observer's update, whose context (query twice + the pioneer's response) is the widest: most of --gradient-checkpointing's memory saving for less of its time")
-    retain_freed_memory: bool = _f(True, "CPU runs on Linux: keep freed memory in the process for reuse instead of returning it to the OS (no page faults on every large tensor: a CORY iteration 6-11%% faster, same peak memory; see agents.host_memory)")
-    cpu_linear: bool = _f(True, "CPU runs in float32: linear layers take the matrix-multiply layout the CPU runs fastest when a decode step multiplies a few rows, and give a frozen LM head a contiguous input (a CORY rollout about 12%% faster, the iteration about 1.6%%; see agents.cpu_linear)")
-    padding_free: bool = _f(True, "prompt prefills, scoring and training passes run each batch's real tokens as one row, without the padding of its shorter contexts, and the tokens a context starts with in common with an earlier one (a prompt template's head, a GRPO group's prompt) once (as TRL's padding_free; sdpa attention, per context; see agents.padding_free)")
+    retain_freed_memory: bool = _f(True, "CPU runs on Linux: keep freed memory in the process for reuse instead of returning it to the OS (no page faults on every large tensor: a CORY iteration 6-11%% faster, same peak memory; see agents.speed.host_memory)")
+    cpu_linear: bool = _f(True, "CPU runs in float32: linear layers take the matrix-multiply layout the CPU runs fastest when a decode step multiplies a few rows, and give a frozen LM head a contiguous input (a CORY rollout about 12%% faster, the iteration about 1.6%%; see agents.speed.cpu_linear)")
+    padding_free: bool = _f(True, "prompt prefills, scoring and training passes run each batch's real tokens as one row, without the padding of its shorter contexts, and the tokens a context starts with in common with an earlier one (a prompt template's head, a GRPO group's prompt) once (as TRL's padding_free; sdpa attention, per context; see agents.speed.padding_free)")
     load_in_4bit: bool = _f(False, "CUDA only, with --lora: load the base in 4 bits (bitsandbytes NF4), as the paper's GSM8K runs")
     device: str = _f("auto", "cpu, cuda, or auto (under accelerate launch: each process's own device)")
     learner_devices: str = _f("", "one device per learner, comma-separated (e.g. cuda:0,cuda:1: llm_0 and llm_1, each with its own reference copy); single process, full fine-tuning")
@@ -316,7 +316,7 @@ class Trainer:
             )  # fmt: skip
             if not isinstance(learner, Learner):
                 raise TypeError(f"learner {config.learner!r} built a {type(learner).__name__}, which lacks act, learn, "
-                                f"state_dict or load_state_dict (see agents.learner.Learner)")  # fmt: skip
+                                f"state_dict or load_state_dict (see agents.learners.base.Learner)")  # fmt: skip
             self.learners[name] = learner
         if dp.sharded:
             _check_sharded(self.learners)
@@ -428,7 +428,7 @@ class Trainer:
             return references, lms
         from peft import LoraConfig
 
-        from agents.adapters import AdapterView, shared_lora_model
+        from agents.training.adapters import AdapterView, shared_lora_model
 
         lora = LoraConfig(
             r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0,
@@ -633,7 +633,7 @@ class Trainer:
 
     def save_model(self, folder: str | Path | None = None) -> dict[str, Path]:
         """Write each learner's policy as a Hugging Face model to ``folder/<learner>`` (default
-        ``--out/model``): :func:`agents.export.save_policies`. In a data-parallel run every process
+        ``--out/model``): :func:`agents.training.export.save_policies`. In a data-parallel run every process
         calls it (under FSDP it gathers the weights); only the main one writes. Returns the paths."""
         folder = self.out / MODEL_DIR if folder is None else Path(folder)
         dp = self.data_parallel
@@ -755,7 +755,7 @@ def _check_sharded(learners: dict[str, Learner]) -> None:
             raise ValueError(
                 f"learner {name!r} trains {len(plain)} parameter(s) that FSDP does not shard (shapes "
                 f"{[tuple(p.shape) for p in plain[:3]]}): a learner must pass every module it adds to the policy "
-                f"through data_parallel.shard(module) before building its optimizer (see agents/fsdp.py)"
+                f"through data_parallel.shard(module) before building its optimizer (see agents/distributed/fsdp.py)"
             )
 
 

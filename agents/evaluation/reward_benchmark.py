@@ -1,7 +1,7 @@
 """Benchmark a reward function: single-agent PPO against CORY, N iterations x S seeds, one report.
 
     cory-bench --reward mypackage.rewards:politeness --iterations 20 --seeds 3 --out runs/bench
-    python -m agents.reward_benchmark --reward vader --iterations 2 --seeds 2 --batch-size 4 --out runs/tiny
+    python -m agents.evaluation.reward_benchmark --reward vader --iterations 2 --seeds 2 --batch-size 4 --out runs/tiny
     cory-bench --out runs/bench --resume            # continue after a crash, or with more --seeds
 
 Every flag of examples/train_cory.py (--model, --batch-size, --kl-coef, --lora, ...) applies
@@ -18,7 +18,7 @@ to every run, except those the benchmark sets per run (--algo, --seed, --out, --
                                         training curves: mean over seeds with a ±std band
     kl_vs_reward.png                    task reward against KL over training, mean over seeds
 
-Each run is trained, then its final policy answers held-out prompts (agents.evaluation: task
+Each run is trained, then its final policy answers held-out prompts (agents.evaluation.held_out: task
 reward, KL, distinct-1/2, repetition; the same prompts and sampling seed for every run).
 With --resume, finished runs are skipped (and their evaluation, when its settings are the
 same), a half-finished run continues from its newest checkpoint exactly as
@@ -43,12 +43,12 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from agents.checkpoint import checkpoint_iteration, latest_checkpoint
-from agents.evaluation import EvalConfig, evaluate, fmt, load_reward, markdown_table, write_json
-from agents.metrics import read_metrics
-from agents.plots import learner_columns, plot_comparison, plot_kl_vs_reward
-from agents.statistics import mean_ci, reward_rise, welch_test
-from agents.trainer import ALGOS, TrainConfig, Trainer, apply_preset, changed_settings
+from agents.training.checkpoint import checkpoint_iteration, latest_checkpoint
+from agents.evaluation.held_out import EvalConfig, evaluate, fmt, load_reward, markdown_table, write_json
+from agents.training.metrics import read_metrics
+from agents.training.plots import learner_columns, plot_comparison, plot_kl_vs_reward
+from agents.evaluation.statistics import mean_ci, reward_rise, welch_test
+from agents.training.trainer import ALGOS, TrainConfig, Trainer, apply_preset, changed_settings
 
 #: TrainConfig fields the benchmark sets for each run itself.
 PER_RUN = ("algo", "seed", "out", "resume", "overwrite")

@@ -29,7 +29,7 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from agents import padding_free
+from agents.speed import padding_free
 
 
 @dataclass
@@ -51,7 +51,7 @@ def forward_inputs(
 ) -> tuple[dict[str, Any], Callable[[torch.Tensor], torch.Tensor]]:
     """Keyword arguments of a forward pass of ``model`` over ``(B, W)`` left-padded contexts that
     keeps the outputs of the columns ``keep`` (increasing), and the function that shapes those
-    outputs ``(B, len(keep), ...)``: padding-free (:mod:`agents.padding_free`) when ``model`` has it
+    outputs ``(B, len(keep), ...)``: padding-free (:mod:`agents.speed.padding_free`) when ``model`` has it
     enabled and the masks allow (``inputs["packed"]`` is then the packed batch), else the padded
     batch with positions counting real tokens only, as ``generate``."""
     packed = padding_free.PackedBatch.pack(input_ids, attention_mask, keep) if padding_free.is_enabled(model) else None

@@ -14,7 +14,7 @@ Two kinds of call in this package's forward passes run far below the CPU's speed
   a batched multiply over the weight expanded per conversation, 2.5x slower (8 conversations x
   11 positions: about 120 against 47 ms). A reference model, or a LoRA policy (whose base LM
   head is frozen), called that way makes such calls; this package's own scoring passes keep
-  column indices instead (:func:`agents.lm_learner.predicting_columns`), which give a copy.
+  column indices instead (:func:`agents.learners.lm.predicting_columns`), which give a copy.
 
 :class:`CPULinear` is ``nn.Linear`` with a ``forward`` that takes the faster layout in these
 two cases on a CPU (the few-row case only in float32 and without autograd, so training's
@@ -24,7 +24,7 @@ weights, their names, state dicts, ``isinstance(m, nn.Linear)`` (which peft chec
 LoRA adapter around it) and deep copies are unchanged. Results equal ``F.linear``'s up to
 float32 rounding (the order of the sums differs), so a sampled token can, rarely, differ.
 
-The :class:`~agents.trainer.Trainer` applies it to CPU runs unless ``--no-cpu-linear``. At the
+The :class:`~agents.training.trainer.Trainer` applies it to CPU runs unless ``--no-cpu-linear``. At the
 CORY authors' settings (batch 8, 10 new tokens) it makes a CORY iteration's rollout 12% faster
 (1.95 against 2.22 s) and the iteration 1.6% (14.22 against 14.45 s; six pairs, alternating in
 one process, each pair faster with it). ``benchmarks/iteration.py --cpu-linear-ablation``

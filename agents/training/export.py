@@ -27,8 +27,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from agents.adapters import AdapterView
-from agents.fsdp import full_state
+from agents.training.adapters import AdapterView
+from agents.distributed.fsdp import full_state
 from cory_env.models import apply_umask
 
 #: Where a run's policies go, under its --out.
@@ -38,7 +38,7 @@ MODEL_DIR = "model"
 def save_policies(
     policies: dict[str, nn.Module], tokenizer: Any, folder: str | Path, *, sharded: bool = False, main: bool = True
 ) -> dict[str, Path]:
-    """Write each policy (a causal LM, or an :class:`~agents.adapters.AdapterView`) to
+    """Write each policy (a causal LM, or an :class:`~agents.training.adapters.AdapterView`) to
     ``folder/<name>`` with ``save_pretrained``, and ``tokenizer`` beside each; returns the paths.
 
     In a data-parallel run every process calls this and only the ``main`` one writes; under FSDP

@@ -3,7 +3,7 @@
 A policy is a training run's checkpoint (every learner, or those chosen: CORY's ``llm_0`` and
 ``llm_1``, PPO's ``pioneer``) or a model name evaluated as it is. Each learner answers the
 held-out prompts alone, as the pioneer (``with_observer=False``), through the environment and
-with the same :class:`~agents.lm_actor.LMActor` and sampling settings as in training;
+with the same :class:`~agents.acting.actor.LMActor` and sampling settings as in training;
 ``samples_per_prompt`` (k) answers per prompt. Reported per learner:
 
 - ``task_reward_mean`` (and ``_std``): the task reward over all answers;
@@ -38,9 +38,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from agents.checkpoint import latest_checkpoint, load_checkpoint
-from agents.ppo import Episode, PPOLearner
-from agents.trainer import TrainConfig, Trainer, build_task, prompt_source_name, resolve_device, with_task_defaults
+from agents.training.checkpoint import latest_checkpoint, load_checkpoint
+from agents.learners.ppo import Episode, PPOLearner
+from agents.training.trainer import TrainConfig, Trainer, build_task, prompt_source_name, resolve_device, with_task_defaults
 from cory_env import env
 from cory_env.prompts import Prompt, PromptSource
 from cory_env.rewards import get_reward

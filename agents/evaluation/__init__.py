@@ -1,0 +1,19 @@
+"""Evaluation: how good a trained policy is, and the reward benchmark.
+
+- :mod:`~agents.evaluation.held_out`: a checkpoint's (or a model's) answers to held-out
+  prompts: reward, KL, diversity, pass@k (``examples/evaluate.py``);
+- :mod:`~agents.evaluation.reward_benchmark`: ``cory-bench``, CORY against PPO on a reward
+  over seeds;
+- :mod:`~agents.evaluation.statistics`: confidence intervals and tests for those comparisons.
+"""
+
+
+def __getattr__(name: str):  # ``agents.evaluation`` was one module before cory-env 0.2
+    import importlib
+
+    if name.startswith("__"):
+        raise AttributeError(name)
+    try:
+        return getattr(importlib.import_module("agents.evaluation.held_out"), name)
+    except AttributeError:
+        raise AttributeError(f"module 'agents.evaluation' has no attribute {name!r}") from None

@@ -1,0 +1,11 @@
+"""Training: the loop and what a run needs around it.
+
+- :mod:`~agents.training.trainer`: :class:`~agents.training.trainer.TrainConfig` and the
+  :class:`~agents.training.trainer.Trainer` loop (rollout, learn, log, checkpoint);
+- :mod:`~agents.training.checkpoint`: safe, atomic checkpoints and resume;
+- :mod:`~agents.training.interrupt`: Ctrl-C and SIGTERM stop after the iteration;
+- :mod:`~agents.training.metrics`, :mod:`~agents.training.trackers`,
+  :mod:`~agents.training.plots`: metrics.csv, experiment trackers, PNG curves;
+- :mod:`~agents.training.adapters`: LoRA adapters on one shared base;
+- :mod:`~agents.training.export`: the trained policies as Hugging Face models.
+"""

@@ -1,0 +1,46 @@
+"""The package layout: one subpackage per concept, and the module paths of cory-env 0.1 still import."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import agents
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("old", sorted(agents.MOVED))
+def test_an_old_module_path_is_the_moved_module_itself(old):
+    moved = importlib.import_module(agents.MOVED[old])
+    assert importlib.import_module(old) is moved
+    assert moved.__spec__.name == agents.MOVED[old]  # the alias left the module's own spec alone
+    assert not (ROOT / (old.replace(".", "/") + ".py")).exists()  # moved, not copied
+
+
+def test_the_old_modules_that_became_packages_keep_their_names():
+    from agents.distributed import DataParallel, fingerprint
+    from agents.distributed.data_parallel import DataParallel as moved
+    from agents.evaluation import EvalConfig, evaluate
+    from agents.evaluation.held_out import EvalConfig as moved_config
+
+    assert DataParallel is moved and EvalConfig is moved_config and callable(evaluate) and callable(fingerprint)
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        agents.evaluation.nothing  # noqa: B018
+
+
+def test_an_old_module_path_still_runs_as_a_command():
+    result = subprocess.run([sys.executable, "-m", "agents.checkpoint", "--help"], capture_output=True, text=True,
+                            cwd=ROOT, timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "verify" in result.stdout and "convert" in result.stdout
+
+
+def test_every_subpackage_says_what_it_holds():
+    for folder in sorted(p for p in (ROOT / "agents").iterdir() if (p / "__init__.py").exists()):
+        module = importlib.import_module(f"agents.{folder.name}")
+        assert module.__doc__ and len(module.__doc__.split()) > 5, folder.name
