@@ -1,43 +1,14 @@
-"""Evaluate a trained policy (or a model as it is) on held-out prompts.
+"""Evaluate a trained policy (or a model as it is) on held-out prompts: the ``cory-eval`` command.
 
-Each learner answers the held-out prompts alone, as the pioneer, k times per prompt; reported:
-mean task reward, KL to the reference, combined reward, distinct-1/2 and repetition rate
-(signs of distribution collapse), and pass@1 / pass@k where answers are right or wrong (gsm8k).
-
-    python examples/evaluate.py --checkpoint runs/cory                        # every learner of a run
-    python examples/evaluate.py --checkpoint runs/cory --learner llm_0 --samples-per-prompt 4
-    python examples/evaluate.py --model smollm2-135m --num-prompts 32         # the model before training
-    python examples/evaluate.py --model runs/cory/model/llm_0                 # an exported policy (KL not known: 0)
-    python examples/evaluate.py --checkpoint runs/gsm8k --samples-per-prompt 8 --out gsm8k_eval.json
-
-Writes JSON (default: <run>/evaluation.json) and prints a table.
+``python examples/evaluate.py --help`` lists its flags; the command lives in :mod:`agents.cli.evaluate`
+(installed as a console script with the package), so both run the same code.
 """
 
 from __future__ import annotations
 
-import argparse
-
 import sys
 
-from transformers import HfArgumentParser
-
-from agents.evaluation.held_out import EvalConfig, evaluate, format_result
-
-
-def build_parser() -> HfArgumentParser:
-    return HfArgumentParser(EvalConfig, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = build_parser()
-    try:
-        (config,) = parser.parse_args_into_dataclasses(args=argv)
-    except ValueError as exc:  # EvalConfig's checks: say it the argparse way
-        parser.error(str(exc))
-    result = evaluate(config)
-    print(format_result(result))
-    print(f"\nwritten: {result['path']}")
-
+from agents.cli.evaluate import build_parser, main  # noqa: F401 (build_parser: docs/cli.md)
 
 if __name__ == "__main__":
     main(sys.argv[1:])

@@ -1,93 +1,14 @@
-"""Fine-tune a language model with CORY (or single-agent PPO) through the environment.
+"""Fine-tune a language model with CORY (or single-agent PPO): the ``cory-train`` command.
 
-With no flags it trains on the embedded default, fully offline: SmolLM2-135M, movie-review
-prefixes (Rotten Tomatoes offline, IMDB where available), VADER sentiment reward.
-
-    python examples/train_cory.py                                  # CORY, embedded default
-    python examples/train_cory.py --algo ppo --out runs/ppo        # the single-agent baseline
-    python examples/train_cory.py --learner grpo --group-size 4    # critic-free learners (grpo, rloo) instead of PPO
-    python examples/train_cory.py --preset paper-imdb --device cuda --out runs/paper
-    python examples/train_cory.py --out runs/cory --resume         # continue after a crash
-    python examples/plot_runs.py --run PPO=runs/ppo --run CORY=runs/cory --out cmp.png
-
-On several GPUs (data parallel: each process plays --batch-size conversations), see docs/scale-out.md:
-
-    accelerate launch --config_file examples/accelerate/multi_gpu.yaml examples/train_cory.py --out runs/cory
-
-Writes to --out: metrics.csv (+ TensorBoard events; other trackers: --report-to), samples.jsonl, task_reward.png,
-kl.png, combined_reward.png, config.json, checkpoints/, and model/<learner>/ (each trained policy
-as a Hugging Face model, from_pretrained-ready; examples/export_model.py writes it from a checkpoint).
+``python examples/train_cory.py --help`` lists its flags; the command lives in :mod:`agents.cli.train`
+(installed as a console script with the package), so both run the same code.
 """
 
 from __future__ import annotations
 
-import argparse
-import logging
-import signal
 import sys
-from pathlib import Path
 
-from transformers import HfArgumentParser
-
-from agents.training.export import MODEL_DIR
-from agents.training.metrics import read_metrics
-from agents.training.plots import learner_columns
-from agents.evaluation.statistics import reward_rise
-from agents.training.trainer import TrainConfig, Trainer
-
-
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """Keeps the description's example lines as written and shows every flag's default."""
-
-
-def build_parser() -> HfArgumentParser:
-    """The command line: one flag per TrainConfig field, its help text from the field (also docs/cli.md)."""
-    parser = HfArgumentParser(TrainConfig, description=__doc__, formatter_class=_HelpFormatter)
-    # The older off switch, kept as --tensorboard false is (TrainConfig.tensorboard's default is None: not given).
-    parser.add_argument("--no_tensorboard", "--no-tensorboard", action="store_false", dest="tensorboard",
-                        default=None, help="deprecated, use --report-to none")  # fmt: skip
-    return parser
-
-
-def learning_summary(out: Path, batch_size: int, k: int = 3) -> list[str]:
-    """One line per learner: task reward and KL at the start and at the end of the run (the means of
-    the first and the last ``k`` iterations), and the rise in standard errors (agents.evaluation.statistics)."""
-    df = read_metrics(out)
-    k = min(k, len(df) // 2)
-    if k < 1:
-        return []
-    lines = []
-    for learner, col in learner_columns(df, "task_reward_mean").items():
-        rise = reward_rise(df[col], df[f"{learner}/task_reward_std"], batch_size, k)
-        kl = df[f"{learner}/kl"]
-        lines.append(f"{learner}: task reward {rise['first']:.3f} -> {rise['last']:.3f} ({rise['z']:+.1f} standard errors), "
-                     f"KL {kl[:k].mean():.3f} -> {kl[-k:].mean():.3f}")  # fmt: skip
-    return [f"start -> end (means of the first and the last {k} iterations):", *lines]
-
-
-def main(argv: list[str] | None = None) -> None:
-    (config,) = build_parser().parse_args_into_dataclasses(args=argv)
-    # The package's own messages (data source used, resuming, ...) on stderr, above the progress bar.
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    for name in ("agents", "cory_env"):
-        logging.getLogger(name).setLevel(logging.INFO)
-        logging.getLogger(name).addHandler(handler)
-    trainer = Trainer(config)
-    out = trainer.train()
-    if trainer.stopped_by:  # Ctrl-C or SIGTERM: a checkpoint after the iteration (agents.training.interrupt)
-        sys.exit(128 + getattr(signal.Signals, trainer.stopped_by, signal.SIGTERM).value)
-    if not trainer.data_parallel.is_main_process:
-        return
-    print("", *learning_summary(out, trainer.config.batch_size * trainer.data_parallel.num_processes), sep="\n")
-    print(f"\nmetrics: {out / 'metrics.csv'}  samples: {out / 'samples.jsonl'}")
-    print(f"plots:   {out / 'task_reward.png'}, {out / 'kl.png'}, {out / 'combined_reward.png'}")
-    print(f"checkpoints: {out / 'checkpoints'} (resume with --resume --out {out})")
-    if trainer.config.save_model:
-        models = ", ".join(str(out / MODEL_DIR / name) for name in trainer.learners)
-        kind = "PeftModel.from_pretrained(base, path)" if trainer.config.lora else "AutoModelForCausalLM.from_pretrained"
-        print(f"models:  {models} ({kind})")
-
+from agents.cli.train import build_parser, learning_summary, main  # noqa: F401 (build_parser: docs/cli.md)
 
 if __name__ == "__main__":
     main(sys.argv[1:])

@@ -79,8 +79,10 @@ def test_cli_page_is_the_scripts_own_help(site):
         assert f"--{field.name.replace('_', '-')}" in html, field.name
     assert "--role-exchange-period" in html
     assert "iterations between role exchanges" in html
-    for script in ("train_cory", "play_episode", "plot_runs"):
+    for script in ("play_episode", "plot_runs"):
         assert f"usage: python examples/{script}.py" in html
+    for command in ("cory-train", "cory-eval", "cory-export", "cory-bench"):
+        assert f"usage: {command}" in html
 
 
 def test_every_example_script_with_a_command_line_is_in_the_cli_reference():

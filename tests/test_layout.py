@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -44,3 +45,17 @@ def test_every_subpackage_says_what_it_holds():
     for folder in sorted(p for p in (ROOT / "agents").iterdir() if (p / "__init__.py").exists()):
         module = importlib.import_module(f"agents.{folder.name}")
         assert module.__doc__ and len(module.__doc__.split()) > 5, folder.name
+
+
+def test_the_commands_are_console_scripts_and_the_examples_run_them():
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    for command, module, example in (("cory-train", "agents.cli.train", "train_cory.py"),
+                                     ("cory-eval", "agents.cli.evaluate", "evaluate.py"),
+                                     ("cory-export", "agents.cli.export", "export_model.py")):  # fmt: skip
+        assert scripts[command] == f"{module}:main"
+        spec = importlib.util.spec_from_file_location(f"_example_{example[:-3]}", ROOT / "examples" / example)
+        script = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(script)
+        assert script.main is importlib.import_module(module).main, example

@@ -20,13 +20,13 @@ from pathlib import Path
 from mkdocs.exceptions import PluginError
 
 COMMANDS: dict[str, str] = {
-    "python examples/train_cory.py": "examples/train_cory.py:build_parser",
+    "cory-train": "agents.cli.train:build_parser",
     "python examples/play_episode.py": "examples/play_episode.py:build_parser",
     "python examples/plot_runs.py": "examples/plot_runs.py:build_parser",
     "python examples/train_sb3.py": "examples/train_sb3.py:build_parser",
     "python examples/train_torchrl.py": "examples/train_torchrl.py:build_parser",
-    "python examples/evaluate.py": "examples/evaluate.py:build_parser",
-    "python examples/export_model.py": "examples/export_model.py:build_parser",
+    "cory-eval": "agents.cli.evaluate:build_parser",
+    "cory-export": "agents.cli.export:build_parser",
     "cory-bench": "agents.evaluation.reward_benchmark:build_parser",
     "python -m agents.training.checkpoint": "agents.training.checkpoint:build_parser",
 }
