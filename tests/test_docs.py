@@ -109,7 +109,8 @@ def test_api_page_documents_the_public_api(site):
         "agents.learners.ppo.PPOLearner",
         "agents.learners.ppo.PPOConfig",
         "agents.training.trainer.Trainer",
-        "agents.training.trainer.TrainConfig",
+        "agents.training.config.TrainConfig",
+        "agents.training.build.LEARNERS",
     ):
         assert f'id="{identifier}"' in html, identifier
     # Sphinx roles became links or code, doctest prompts became code blocks.

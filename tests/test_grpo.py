@@ -172,8 +172,8 @@ def test_learn_refuses_a_batch_whose_groups_do_not_share_a_query(toy_model, tmp_
     ],
 )
 def test_bad_group_settings_fail_before_loading_the_model(tmp_path, changes, message):
-    config = toy_config(tmp_path / "no-such-model", tmp_path, algo="cory", **{"learner": "grpo", **changes})
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=message):  # when the config is made, or the Trainer: before the model
+        config = toy_config(tmp_path / "no-such-model", tmp_path, algo="cory", **{"learner": "grpo", **changes})
         Trainer(config, prompts=PROMPTS, reward_fn=fraction_good)
 
 

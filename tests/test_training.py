@@ -491,3 +491,28 @@ def test_the_value_head_can_learn_at_its_own_rate(toy_model):
     assert len(learner._params) == len(list(learner.model.trainable_parameters()))  # every weight once
     with pytest.raises(ValueError, match="value_learning_rate must be positive"):
         PPOConfig(value_learning_rate=0.0)
+
+
+def test_the_mini_batch_follows_the_batch_size_unless_given(toy_model, tmp_path):
+    from agents.cli.train import build_parser
+    from agents.training.config import default_mini_batch_size
+
+    (config,) = build_parser().parse_args_into_dataclasses(args=["--batch-size", "4"])  # refused before: 4 % 16
+    assert config.mini_batch_size is None
+    trainer = Trainer(toy_config(toy_model, tmp_path, algo="ppo", batch_size=4, mini_batch_size=None),
+                      prompts=PROMPTS, reward_fn=fraction_good)  # fmt: skip
+    assert trainer.config.mini_batch_size == 4 and trainer.learners["pioneer"].config.mini_batch_size == 4
+    assert [default_mini_batch_size(b) for b in (32, 64, 24, 7, 1)] == [16, 16, 12, 7, 1]
+    with pytest.raises(ValueError, match="--batch-size 6 must be a multiple of --mini-batch-size 4"):
+        Trainer(toy_config(toy_model, tmp_path, algo="ppo", batch_size=6, mini_batch_size=4), prompts=PROMPTS,
+                reward_fn=fraction_good)  # fmt: skip
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (dict(algo="a2c"), "algo must be one of"), (dict(learner="dqn"), "learner must be one of"),
+    (dict(batch_size=0), "--batch-size must be at least 1"), (dict(keep_checkpoints=0), "--keep-checkpoints"),
+    (dict(value_lr=-1e-5), "--value-lr must be positive"),
+])  # fmt: skip
+def test_a_bad_setting_fails_when_the_config_is_made(change, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**change)

@@ -30,7 +30,7 @@ import json
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,9 @@ from tqdm.auto import tqdm
 
 from agents.training.checkpoint import latest_checkpoint, load_checkpoint
 from agents.learners.ppo import Episode, PPOLearner
-from agents.training.trainer import TrainConfig, Trainer, build_task, prompt_source_name, resolve_device, with_task_defaults
+from agents.training.build import resolve_device
+from agents.training.config import TrainConfig, build_task, flag, prompt_source_name, with_task_defaults
+from agents.training.trainer import Trainer
 from cory_env import env
 from cory_env.prompts import Prompt, PromptSource
 from cory_env.rewards import get_reward
@@ -146,33 +148,31 @@ def load_reward(name: str, task: str, device: torch.device | None = None) -> tup
 # ------------------------------------------------------------------------- settings
 
 
-def _f(default: Any, help: str, **kw: Any) -> Any:
-    return field(default=default, metadata={"help": help, **kw})
 
 
 @dataclass
 class EvalConfig:
     """What to evaluate and how; each field is a flag of examples/evaluate.py. Empty means "the run's"."""
 
-    checkpoint: str = _f("", "a run folder (its newest checkpoint) or a checkpoint file checkpoints/iter_NNNNNN.safetensors")
-    trust_checkpoint: bool = _f(False, "also load an old pickle checkpoint (iter_NNNNNN.pt): only your own files, a pickle can run code")
-    model: str = _f("", "instead of --checkpoint: a model name or path, evaluated as it is (its KL is 0)")
-    learner: str = _f("", "learners to evaluate, comma separated (CORY: llm_0,llm_1; PPO: pioneer); default: all")
-    task: str = _f("", "task; default: the run's (sentiment for --model)")
-    reward: str = _f("", "reward name or package.module:function; default: the run's (the task's for --model)")
-    source: str = _f("", "prompt data (sentiment: auto, imdb, rotten_tomatoes); default: the run's")
-    split: str = _f("test", "held-out split of the task's prompts")
-    num_prompts: int = _f(64, "distinct held-out prompts")
-    samples_per_prompt: int = _f(1, "answers sampled per prompt (k of pass@k)")
-    batch_size: int = _f(32, "conversations generated together")
-    max_new_tokens: int = _f(0, "response length limit; 0: the run's --max-new-tokens")
-    context_length: int = _f(0, "observation width; 0: the run's")
-    pass_threshold: float | None = _f(
+    checkpoint: str = flag("", "a run folder (its newest checkpoint) or a checkpoint file checkpoints/iter_NNNNNN.safetensors")
+    trust_checkpoint: bool = flag(False, "also load an old pickle checkpoint (iter_NNNNNN.pt): only your own files, a pickle can run code")
+    model: str = flag("", "instead of --checkpoint: a model name or path, evaluated as it is (its KL is 0)")
+    learner: str = flag("", "learners to evaluate, comma separated (CORY: llm_0,llm_1; PPO: pioneer); default: all")
+    task: str = flag("", "task; default: the run's (sentiment for --model)")
+    reward: str = flag("", "reward name or package.module:function; default: the run's (the task's for --model)")
+    source: str = flag("", "prompt data (sentiment: auto, imdb, rotten_tomatoes); default: the run's")
+    split: str = flag("test", "held-out split of the task's prompts")
+    num_prompts: int = flag(64, "distinct held-out prompts")
+    samples_per_prompt: int = flag(1, "answers sampled per prompt (k of pass@k)")
+    batch_size: int = flag(32, "conversations generated together")
+    max_new_tokens: int = flag(0, "response length limit; 0: the run's --max-new-tokens")
+    context_length: int = flag(0, "observation width; 0: the run's")
+    pass_threshold: float | None = flag(
         None, "an answer is correct when its reward is >= this (pass@k); default 1.0 for gsm8k, off otherwise"
     )
-    seed: int = _f(0, "seed of the prompt choice and of sampling")
-    out: str = _f("", "JSON file to write; default: <run>/evaluation.json, or evaluation.json for --model")
-    device: str = _f("auto", "cpu, cuda, or auto")
+    seed: int = flag(0, "seed of the prompt choice and of sampling")
+    out: str = flag("", "JSON file to write; default: <run>/evaluation.json, or evaluation.json for --model")
+    device: str = flag("auto", "cpu, cuda, or auto")
 
     def __post_init__(self) -> None:
         if bool(self.checkpoint) == bool(self.model):

@@ -48,7 +48,8 @@ from agents.evaluation.held_out import EvalConfig, evaluate, fmt, load_reward, m
 from agents.training.metrics import read_metrics
 from agents.training.plots import learner_columns, plot_comparison, plot_kl_vs_reward
 from agents.evaluation.statistics import mean_ci, reward_rise, welch_test
-from agents.training.trainer import ALGOS, TrainConfig, Trainer, apply_preset, changed_settings
+from agents.training.config import ALGOS, TrainConfig, apply_preset, changed_settings, flag
+from agents.training.trainer import Trainer
 
 #: TrainConfig fields the benchmark sets for each run itself.
 PER_RUN = ("algo", "seed", "out", "resume", "overwrite")
@@ -70,26 +71,24 @@ CONFIDENCE = 0.95
 REWARD_RISE_K = 3  # reward rise: the last k iterations against the first k (k = iterations // 2 if fewer)
 
 
-def _f(default: Any, help: str, **kw: Any) -> Any:
-    return field(default=default, metadata={"help": help, **kw})
 
 
 @dataclass
 class BenchmarkConfig:
     """The benchmark's own flags; the training flags come from TrainConfig."""
 
-    out: str = _f("runs/reward-benchmark", "benchmark folder: runs, report.md, report.json, plots")
-    seeds: int = _f(3, "seeds per algorithm (the paper: 3)")
-    seed: int = _f(0, "first seed; the runs use seed, seed + 1, ...")
+    out: str = flag("runs/reward-benchmark", "benchmark folder: runs, report.md, report.json, plots")
+    seeds: int = flag(3, "seeds per algorithm (the paper: 3)")
+    seed: int = flag(0, "first seed; the runs use seed, seed + 1, ...")
     algos: list[str] = field(default_factory=lambda: ["ppo", "cory"], metadata={"help": "algorithms to compare"})
-    resume: bool = _f(False, "continue the benchmark in --out: skip finished runs, resume half-finished ones")
-    overwrite: bool = _f(False, "start over in an --out that already holds a benchmark (deletes its runs)")
-    eval_prompts: int = _f(64, "held-out prompts each final policy answers")
-    eval_samples_per_prompt: int = _f(1, "answers per held-out prompt (k of pass@k)")
-    eval_split: str = _f("test", "held-out split of the task's prompts")
-    eval_batch_size: int = _f(32, "conversations generated together in the evaluation")
-    eval_seed: int = _f(0, "seed of the held-out prompts and sampling, the same for every run")
-    progress: bool = _f(True, "show progress bars")
+    resume: bool = flag(False, "continue the benchmark in --out: skip finished runs, resume half-finished ones")
+    overwrite: bool = flag(False, "start over in an --out that already holds a benchmark (deletes its runs)")
+    eval_prompts: int = flag(64, "held-out prompts each final policy answers")
+    eval_samples_per_prompt: int = flag(1, "answers per held-out prompt (k of pass@k)")
+    eval_split: str = flag("test", "held-out split of the task's prompts")
+    eval_batch_size: int = flag(32, "conversations generated together in the evaluation")
+    eval_seed: int = flag(0, "seed of the held-out prompts and sampling, the same for every run")
+    progress: bool = flag(True, "show progress bars")
 
     def __post_init__(self) -> None:
         unknown = [a for a in self.algos if a not in ALGOS]

@@ -1,7 +1,10 @@
 """Training: the loop and what a run needs around it.
 
-- :mod:`~agents.training.trainer`: :class:`~agents.training.trainer.TrainConfig` and the
-  :class:`~agents.training.trainer.Trainer` loop (rollout, learn, log, checkpoint);
+- :mod:`~agents.training.config`: :class:`~agents.training.config.TrainConfig`, its sections,
+  presets and the rules of a resume;
+- :mod:`~agents.training.build`: the run's devices, models and learners (``LEARNERS``);
+- :mod:`~agents.training.trainer`: the :class:`~agents.training.trainer.Trainer` loop (rollout,
+  learn, log, checkpoint);
 - :mod:`~agents.training.checkpoint`: safe, atomic checkpoints and resume;
 - :mod:`~agents.training.interrupt`: Ctrl-C and SIGTERM stop after the iteration;
 - :mod:`~agents.training.metrics`, :mod:`~agents.training.trackers`,

@@ -4,8 +4,11 @@ Each learner is a LoRA adapter on one frozen base model (peft); the reference fo
 penalty is the same model with its adapters disabled. CORY then needs about the memory
 of single-agent PPO instead of three full models (the authors' code held three).
 
-    >>> shared = shared_lora_model(base, ["llm_0", "llm_1"], LoraConfig(r=16, ...))  # doctest: +SKIP
-    >>> policy_0, reference = AdapterView(shared, "llm_0"), AdapterView(shared, None)  # doctest: +SKIP
+    >>> from peft import LoraConfig
+    >>> from cory_env.models import load_causal_lm
+    >>> base = load_causal_lm()
+    >>> shared = shared_lora_model(base, ["llm_0", "llm_1"], LoraConfig(r=16, target_modules="all-linear"))
+    >>> policy_0, reference = AdapterView(shared, "llm_0"), AdapterView(shared, None)
 """
 
 from __future__ import annotations

@@ -1,0 +1,243 @@
+"""The training configuration: :class:`TrainConfig`, its presets and the rules of a resume.
+
+Every field of :class:`TrainConfig` is a flag of ``cory-train`` (``examples/train_cory.py``),
+its help text the field's; the fields come in sections, as TRL's configs do (task, model,
+algorithm, generation, output, speed). What can be checked from the values alone is checked
+when the config is made (``__post_init__``); what needs the preset and the task's defaults,
+when the :class:`~agents.training.trainer.Trainer` is built (:meth:`TrainConfig.check_batch`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from agents.algorithms.kl import ESTIMATORS
+from agents.learners.grpo import GRPOConfig
+from agents.learners.ppo import PPOConfig
+from agents.training.build import LEARNERS, check_group_size
+from cory_env.models import EMBEDDED_MODEL
+from cory_env.tasks import TASKS, Task, custom_task, get_task
+
+ALGOS = ("cory", "ppo")
+#: ``--mini-batch-size``'s default, when it divides ``--batch-size``.
+MINI_BATCH_SIZE = 16
+
+
+def flag(default: Any, help: str, **kw: Any) -> Any:
+    """A config field that is a command-line flag: its default and its ``--help`` text
+    (``kw``: more of HfArgumentParser's keywords, such as ``choices``)."""
+    return field(default=default, metadata={"help": help, **kw})
+
+
+def default_mini_batch_size(batch_size: int) -> int:
+    """``--mini-batch-size`` when it is not given: 16, or the largest divisor of the batch below it.
+
+    >>> default_mini_batch_size(32), default_mini_batch_size(4), default_mini_batch_size(24)
+    (16, 4, 12)
+    """
+    return next(m for m in range(min(MINI_BATCH_SIZE, batch_size), 0, -1) if batch_size % m == 0)
+
+
+@dataclass
+class TrainConfig:
+    """Everything a run needs; each field is a command-line flag of ``cory-train``."""
+
+    # --- Task: the prompts, the templates and the reward
+    task: str = flag("sentiment", "task: sentiment (movie-review continuation) or gsm8k (grade-school math)", choices=sorted(TASKS))
+    task_file: str = flag("", "your own prompts: a .jsonl or .csv file, one row per prompt (--task still gives templates and reward)")
+    query_field: str = flag("query", "--task-file column holding the query; the other columns go to the reward as metadata")
+    prompt_source: str = flag("auto", "where the task's prompts come from: auto, or sentiment: imdb, rotten_tomatoes; gsm8k: gsm8k, gsm_symbolic")
+    review_source: str = flag("auto", "sentiment prompts: auto, imdb or rotten_tomatoes (used when --prompt-source is auto)")
+    pioneer_template: str = flag("", "pioneer prompt, a format string with {query} (empty: the task's)")
+    observer_template: str = flag("", "observer prompt, a format string with {query} and {response} (empty: the task's)")
+    reward: str = flag("", "reward (empty: the task's: vader, gsm8k): a registered name, package.module:function, or a Hub text-classification model (raw logit of its positive label)")
+
+    # --- Model: what is fine-tuned, and where
+    model: str = flag(EMBEDDED_MODEL, "model name or path (Hub name, local folder, or the embedded smollm2-135m)")
+    lora: bool = flag(False, "train LoRA adapters on one shared frozen base (the reference is the base itself)")
+    lora_r: int = flag(16, "LoRA rank")
+    lora_alpha: int = flag(32, "LoRA alpha")
+    lora_target_modules: str = flag("all-linear", "modules that get adapters: all-linear, or comma-separated names (e.g. q_proj,v_proj,lm_head)")
+    load_in_4bit: bool = flag(False, "CUDA only, with --lora: load the base in 4 bits (bitsandbytes NF4), as the paper's GSM8K runs")
+    bf16: bool = flag(False, "bfloat16 autocast for forward passes (float32 weights and optimizer)")
+    device: str = flag("auto", "cpu, cuda, or auto (under accelerate launch: each process's own device)")
+    learner_devices: str = flag("", "one device per learner, comma-separated (e.g. cuda:0,cuda:1: llm_0 and llm_1, each with its own reference copy); single process, full fine-tuning")
+
+    # --- Algorithm: CORY or PPO, the learners and their hyperparameters
+    algo: str = flag("cory", "cory: two learners, collective reward, role exchange; ppo: single-agent baseline", choices=list(ALGOS))
+    learner: str = flag("ppo", "learning algorithm of each agent: ppo (value head, GAE); grpo or rloo (critic-free, --group-size responses per prompt)", choices=LEARNERS.keys())
+    group_size: int = flag(4, "grpo/rloo: responses per prompt, consecutive in the batch (--batch-size must be a multiple); ppo ignores it")
+    iterations: int = flag(45, "training iterations (one batched episode each)")
+    batch_size: int = flag(32, "conversations per iteration")
+    mini_batch_size: int | None = flag(None, "conversations per gradient step (default: 16, or the largest divisor of --batch-size below it)")
+    gradient_accumulation_steps: int = flag(1, "minibatches per optimizer step")
+    ppo_epochs: int = flag(1, "passes over each batch (PPO epochs; grpo/rloo: num_iterations)")
+    lr: float = flag(3e-5, "Adam learning rate")
+    value_lr: float = flag(0.0, "ppo: Adam learning rate of the value head (0: --lr)")
+    kl_coef: float = flag(0.05, "KL coefficient eta (initial value if adaptive); grpo: beta of the k3 loss term, rloo: of the summed KL in the reward")
+    adaptive_kl: bool = flag(False, "adapt the KL coefficient towards --target-kl")
+    target_kl: float = flag(6.0, "target KL (summed over the response) of the adaptive controller")
+    kl_horizon: int = flag(10000, "horizon of the adaptive KL controller")
+    kl_estimator: str = flag("k1", "per-token KL in the reward: k1 (sampled token), abs, mse, k3, full (whole distribution); grpo's loss term is k3", choices=list(ESTIMATORS))
+    vf_coef: float = flag(0.1, "value loss coefficient")
+    cliprange: float = flag(0.2, "policy ratio clip range")
+    cliprange_value: float = flag(0.2, "value clip range")
+    gamma: float = flag(1.0, "discount")
+    lam: float = flag(0.95, "GAE lambda")
+    max_grad_norm: float = flag(1.0, "gradient clipping norm (0: off)")
+    score_scaling: bool = flag(False, "scale task scores by their running std")
+    score_norm: bool = flag(False, "also subtract the running mean of scores")
+    role_exchange_period: int = flag(5, "iterations between role exchanges (CORY's T_REx)")
+    no_role_exchange: bool = flag(False, "ablation: never exchange roles")
+    no_knowledge_transfer: bool = flag(False, "ablation: the observer sees only the query")
+    seed: int = flag(0, "random seed (prompts, sampling, minibatches)")
+    preset: str = flag("", "paper-imdb: the paper's IMDB settings (GPT2-Large, distilbert-imdb, batch 256, 100 iterations)", choices=["", "paper-imdb"])
+
+    # --- Generation: how the answers are sampled
+    min_new_tokens: int = flag(0, "response length limit is sampled per batch from [min, max] (0: the task's: sentiment 12, gsm8k 128)")
+    max_new_tokens: int = flag(0, "largest response length limit (0: the task's: sentiment 12, gsm8k 256)")
+    temperature: float = flag(1.0, "sampling temperature")
+    top_k: int = flag(0, "top-k sampling (0: off, the paper's setting)")
+    top_p: float = flag(1.0, "nucleus sampling (1.0: off, the paper's setting)")
+    context_length: int = flag(0, "observation width in tokens, prompt + response must fit (0: the task's: sentiment 128, gsm8k 1024)")
+
+    # --- Output: files, trackers, checkpoints
+    out: str = flag("runs/cory", "output folder: metrics.csv, samples.jsonl, plots, checkpoints")
+    resume: bool = flag(False, "continue from the newest checkpoint in --out")
+    overwrite: bool = flag(False, "start over in an --out that already holds a run (its checkpoints are deleted)")
+    checkpoint_every: int = flag(10, "save a checkpoint every N iterations (and at the end)")
+    keep_checkpoints: int = flag(1, "newest checkpoints kept; with 2, --resume can fall back if the newest is damaged")
+    trust_checkpoint: bool = flag(False, "--resume may load an old pickle checkpoint (iter_NNNNNN.pt): your own only")
+    samples_per_iteration: int = flag(4, "sample generations per learner written to samples.jsonl")
+    report_to: str = flag("tensorboard", "experiment trackers, as TRL's --report_to (accelerate's): tensorboard (in --out), "
+                        "wandb, mlflow, trackio, ..., comma-separated; all or none. metrics.csv is written anyway")
+    tensorboard: bool | None = flag(None, "deprecated: --tensorboard false is --report-to none", nargs="?", const=True)
+    save_model: bool = flag(True, "at the end, write each learner's policy as a Hugging Face model to --out/model/<learner> (with --lora: its PEFT adapter), tokenizer included")
+
+    # --- Speed and memory: the same numbers, computed faster or in less memory
+    gradient_checkpointing: bool = flag(False, "recompute activations in the backward pass: less memory, more time")
+    gradient_checkpointing_observer: bool = flag(False, "CORY: recompute activations only in the observer's update, whose context (query twice + the pioneer's response) is the widest: most of --gradient-checkpointing's memory saving for less of its time")
+    retain_freed_memory: bool = flag(True, "CPU runs on Linux: keep freed memory in the process for reuse instead of returning it to the OS (no page faults on every large tensor; same peak memory; agents.speed.host_memory, figures in docs/benchmarks.md)")
+    cpu_linear: bool = flag(True, "CPU runs in float32: linear layers take the matrix-multiply layout the CPU runs fastest when a decode step multiplies a few rows, and give a frozen LM head a contiguous input (agents.speed.cpu_linear, figures in docs/benchmarks.md)")
+    padding_free: bool = flag(True, "prompt prefills, scoring and training passes run each batch's real tokens as one row, without the padding of its shorter contexts, and the tokens a context starts with in common with an earlier one (a prompt template's head, a GRPO group's prompt) once (as TRL's padding_free; sdpa attention, per context; agents.speed.padding_free)")
+
+    def __post_init__(self) -> None:
+        """The checks that need no preset, task or machine: a bad value fails when the config is made."""
+        if self.algo not in ALGOS:
+            raise ValueError(f"algo must be one of {ALGOS}, got {self.algo!r}")
+        if self.learner not in LEARNERS:
+            raise ValueError(f"learner must be one of {sorted(LEARNERS)} (or registered in LEARNERS), got {self.learner!r}")
+        for name in ("batch_size", "mini_batch_size", "checkpoint_every", "keep_checkpoints"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        if self.value_lr < 0:
+            raise ValueError(f"--value-lr must be positive (or 0: the same as --lr), got {self.value_lr}")
+
+    def check_batch(self) -> None:
+        """The batch's shape, once presets and the task's defaults are in: minibatches and groups divide it."""
+        mini = self.mini_batch_size or default_mini_batch_size(self.batch_size)
+        if self.batch_size % mini:
+            raise ValueError(f"--batch-size {self.batch_size} must be a multiple of --mini-batch-size {mini}")
+        if self.learner in ("grpo", "rloo"):
+            self.grpo_config(self.learner)  # its own checks
+            check_group_size(self.batch_size, self.group_size, self.learner)
+
+    def ppo_config(self) -> PPOConfig:
+        return PPOConfig(
+            learning_rate=self.lr, value_learning_rate=self.value_lr or None, mini_batch_size=self.mini_batch_size or default_mini_batch_size(self.batch_size),
+            gradient_accumulation_steps=self.gradient_accumulation_steps, ppo_epochs=self.ppo_epochs,
+            gamma=self.gamma, lam=self.lam, cliprange=self.cliprange, cliprange_value=self.cliprange_value,
+            vf_coef=self.vf_coef, init_kl_coef=self.kl_coef, adaptive_kl=self.adaptive_kl, target_kl=self.target_kl,
+            kl_horizon=self.kl_horizon, kl_estimator=self.kl_estimator, max_grad_norm=self.max_grad_norm or None,
+            score_scaling=self.score_scaling, score_norm=self.score_norm, bf16=self.bf16,
+        )  # fmt: skip
+
+    def grpo_config(self, advantage: str) -> GRPOConfig:
+        """``advantage="grpo"``: KL as a k3 loss term (GRPO, TRL GRPOTrainer); ``"rloo"``: in the reward (TRL RLOOTrainer)."""
+        return GRPOConfig(
+            group_size=self.group_size, advantage=advantage, kl_penalty="loss" if advantage == "grpo" else "reward",
+            kl_coef=self.kl_coef, kl_estimator=self.kl_estimator, adaptive_kl=self.adaptive_kl, target_kl=self.target_kl,
+            kl_horizon=self.kl_horizon, learning_rate=self.lr, epochs=self.ppo_epochs, mini_batch_size=self.mini_batch_size or default_mini_batch_size(self.batch_size),
+            gradient_accumulation_steps=self.gradient_accumulation_steps, cliprange=self.cliprange,
+            max_grad_norm=self.max_grad_norm or None, bf16=self.bf16,
+        )  # fmt: skip
+
+
+#: The paper's IMDB settings (tables 1-2); explicit flags still win.
+PRESETS: dict[str, dict[str, Any]] = {
+    "paper-imdb": dict(
+        model="gpt2-large", reward="lvwerra/distilbert-imdb", review_source="imdb", iterations=100,
+        batch_size=256, mini_batch_size=256, ppo_epochs=4, lr=1.41e-5, kl_coef=0.3, gamma=1.0, lam=0.95,
+        cliprange=0.2, cliprange_value=0.2, vf_coef=0.1, role_exchange_period=5, min_new_tokens=4, max_new_tokens=15,
+    ),  # fmt: skip
+}
+
+
+def apply_preset(config: TrainConfig) -> TrainConfig:
+    """Fill the preset's values into fields still at their defaults."""
+    if not config.preset:
+        return config
+    defaults = TrainConfig()
+    changes = {k: v for k, v in PRESETS[config.preset].items() if getattr(config, k) == getattr(defaults, k)}
+    return dataclasses.replace(config, **changes)
+
+
+def build_task(config: TrainConfig) -> Task:
+    """The task of ``--task``; with ``--task-file``, that file's prompts with the task's settings."""
+    task = get_task(config.task)
+    if config.task_file:
+        task = custom_task(config.task_file, like=task, name="custom", query_field=config.query_field)
+    return task
+
+
+def with_task_defaults(config: TrainConfig, task: Task) -> TrainConfig:
+    """Fill the fields left empty (reward, lengths, context) with the task's choices."""
+    changes: dict[str, Any] = dict(
+        reward=config.reward or task.default_reward,
+        min_new_tokens=config.min_new_tokens or task.min_new_tokens,
+        max_new_tokens=config.max_new_tokens or task.max_new_tokens,
+        context_length=config.context_length or task.context_length,
+    )
+    if not config.min_new_tokens and changes["min_new_tokens"] > changes["max_new_tokens"]:
+        changes["min_new_tokens"] = changes["max_new_tokens"]  # --max-new-tokens below the task's minimum
+    return dataclasses.replace(config, **changes)
+
+
+def prompt_source_name(config: TrainConfig) -> str:
+    """``--prompt-source``, or for the sentiment task the older ``--review-source``."""
+    if config.prompt_source == "auto" and config.task == "sentiment":
+        return config.review_source
+    return config.prompt_source
+
+
+#: Settings a resumed run may change: how far it runs, what it writes, and how it computes the
+#: same numbers (memory and speed switches). Any other change would not continue the same run.
+RESUMABLE_CHANGES = frozenset({
+    "iterations", "out", "resume", "overwrite", "checkpoint_every", "keep_checkpoints", "trust_checkpoint",
+    "samples_per_iteration", "tensorboard", "report_to",
+    "save_model", "retain_freed_memory", "cpu_linear", "padding_free", "gradient_checkpointing",
+    "gradient_checkpointing_observer",
+})  # fmt: skip
+
+
+def changed_settings(saved: dict[str, Any], current: dict[str, Any], may_change: Iterable[str] = ()) -> str:
+    """The settings (:class:`TrainConfig` fields) in which ``current`` differs from ``saved``, other
+    than ``may_change``, written as flags: ``"--lr 0.01 -> 0.001, ..."``; empty if there are none.
+    Settings one side does not know (written by another version) are not compared."""
+    changed = sorted(k for k in (saved.keys() & current.keys()) - set(may_change) if saved[k] != current[k])
+    return ", ".join(f"--{k.replace('_', '-')} {saved[k]!r} -> {current[k]!r}" for k in changed)
+
+
+def check_resumable(saved: dict[str, Any], current: dict[str, Any], out: str | Path = "") -> None:
+    """Raise a ValueError naming every setting (after presets and task defaults) in which a resumed
+    run differs from the run that wrote its checkpoint, other than :data:`RESUMABLE_CHANGES`."""
+    if diffs := changed_settings(saved, current, RESUMABLE_CHANGES):
+        raise ValueError(
+            f"--resume: the checkpoint in {out} was written by a run with other settings ({diffs}). Resume with "
+            f"that run's settings ({Path(out) / 'config.json'}), or start a new run: another --out, or --overwrite"
+        )
