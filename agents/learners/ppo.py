@@ -15,6 +15,7 @@ One iteration for a learner, as in TRL 0.7's ``PPOTrainer.step`` (which CORY's a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -157,75 +158,59 @@ class PPOLearner(LMLearner):
 
     # ------------------------------------------------------------------ learning
     def learn(self, ep: Episode) -> dict[str, float]:
-        """One PPO update on one batched episode; returns the iteration's statistics.
-
-        When one minibatch holds the whole batch, the first training forward pass is also
-        the scoring pass: the weights have not moved yet, so its detached log-probs and
-        values are exactly the "old" ones (dropout is off), and a separate no-grad pass
-        over the batch is saved (about 1 in 14 forward-equivalents of an update).
-        """
+        """One PPO update on one batched episode; returns the iteration's statistics."""
         c = self.config
         B, T = ep.input_ids.shape[0], ep.response_width
         if B % c.mini_batch_size:
             raise ValueError(f"the batch of {B} conversations is not divisible by mini_batch_size={c.mini_batch_size}")
         ids, attn = ep.input_ids.to(self.device), ep.attention_mask.to(self.device)
         response, mask = ids[:, -T:], attn[:, -T:].float()
+
+        # 1. Score: the acting policy's log-probs and values, the frozen reference's log-probs, per-token KL.
         ref_logits = self._reference_logits(ids, attn, T)
-        first = None  # (order, logits, values) of epoch 0's only minibatch, when it is the scoring pass too
-        if c.mini_batch_size == B and self.reuse_scoring_forward:
-            self.model.train()
-            order = torch.randperm(B, generator=self.generator).to(self.device)
-            logits, values = self._forward(ids[order], attn[order], T)
-            first = (order, logits, values)
-            inverse = torch.argsort(order)
-            old_logits, old_values = logits.detach()[inverse], values.detach()[inverse]
-        else:
-            self.model.eval()
-            with torch.no_grad():
-                old_logits, old_values = self._forward(ids, attn, T)
+        old_logits, old_values, first = self._scoring_pass(ids, attn, T)
         s = self._score(old_logits, old_values, ref_logits, response, mask)
         del old_logits, ref_logits
+
+        # 2. Rewards per token: -kl_coef * KL_t, plus the (collective) task score at the last token.
         scores = self._process_scores(ep.scores)
         kl_coef = self.kl_ctl.value
         rewards = token_rewards(scores, s["kl"], mask, kl_coef)
+
+        # 3. Advantages: GAE over the response, whitened over the batch (and the processes).
         advantages, returns = gae(rewards, s["values"], mask, c.gamma, c.lam)
         if c.whiten_advantages:
             advantages = self.data_parallel.whiten(advantages, mask)
 
+        # 4. Epochs x shuffled minibatches: clipped policy loss + vf_coef x clipped value loss.
         self.model.train()
         stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "entropy", "clipfrac", "approx_kl")}
         step_in_accumulation = 0
         self.optimizer.zero_grad(set_to_none=True)
-        for epoch in range(c.ppo_epochs):
-            order = first[0] if first is not None and epoch == 0 else torch.randperm(B, generator=self.generator)
-            for start in range(0, B, c.mini_batch_size):
-                idx = order[start : start + c.mini_batch_size].to(self.device)
-                if first is not None and epoch == 0:
-                    logits, values = first[1], first[2]
-                    first = None
-                else:
-                    logits, values = self._forward(ids[idx], attn[idx], T)
-                new_logprobs = selective_log_softmax(logits, response[idx])
-                m = mask[idx]
-                pg_loss, pg_stats = policy_loss(new_logprobs, s["logprobs"][idx], advantages[idx], m, c.cliprange)
-                vf_loss, vf_stats = value_loss(values, s["values"][idx], returns[idx], m, c.cliprange_value)
-                loss = (pg_loss + c.vf_coef * vf_loss) / c.gradient_accumulation_steps
-                self._backward(loss)
-                step_in_accumulation += 1
-                if step_in_accumulation % c.gradient_accumulation_steps == 0:
-                    self._optimizer_step()
-                with torch.no_grad():
-                    stats["policy_loss"].append(pg_loss.item())
-                    stats["value_loss"].append(vf_loss.item())
-                    stats["entropy"].append(masked_mean(entropy_from_logits(logits), m).item())
-                    stats["clipfrac"].append(float(pg_stats["clipfrac"]))
-                    stats["approx_kl"].append(float(pg_stats["approx_kl"]))
-                del logits, values, loss
+        passes = self._minibatch_passes(ids, attn, T, first)
+        del first  # epoch 0's reused pass now lives in the generator only, freed after its minibatch
+        for idx, logits, values in passes:
+            new_logprobs = selective_log_softmax(logits, response[idx])
+            m = mask[idx]
+            pg_loss, pg_stats = policy_loss(new_logprobs, s["logprobs"][idx], advantages[idx], m, c.cliprange)
+            vf_loss, vf_stats = value_loss(values, s["values"][idx], returns[idx], m, c.cliprange_value)
+            self._backward((pg_loss + c.vf_coef * vf_loss) / c.gradient_accumulation_steps)
+            step_in_accumulation += 1
+            if step_in_accumulation % c.gradient_accumulation_steps == 0:
+                self._optimizer_step()
+            with torch.no_grad():
+                stats["policy_loss"].append(pg_loss.item())
+                stats["value_loss"].append(vf_loss.item())
+                stats["entropy"].append(masked_mean(entropy_from_logits(logits), m).item())
+                stats["clipfrac"].append(float(pg_stats["clipfrac"]))
+                stats["approx_kl"].append(float(pg_stats["approx_kl"]))
+            del logits, values
         if step_in_accumulation % c.gradient_accumulation_steps:  # a partial accumulation left over
             self._optimizer_step()
         self.model.eval()  # back to acting
 
-        # The paper's KL: per-token KL summed over the response, batch mean (over all processes).
+        # 5. The KL controller adapts to the KL just measured; the statistics (the paper's KL: per-token KL
+        #    summed over the response, batch mean, over all processes).
         means = self.data_parallel.mean({
             "kl": float(s["kl_exact"].sum(-1).mean()),
             "kl_penalty": float(s["kl"].sum(-1).mean()),
@@ -247,6 +232,48 @@ class PPOLearner(LMLearner):
             "response_length": means.pop("response_length"),
             **means,
         }
+
+    # ------------------------------------------------------------------ the forward passes of an update
+    def _scoring_pass(
+        self, ids: torch.Tensor, attn: torch.Tensor, T: int
+    ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None]:
+        """The "old" logits and values of the acting policy, detached, in the batch's order.
+
+        When one minibatch holds the whole batch (and :attr:`reuse_scoring_forward`), this is
+        epoch 0's training forward pass, over epoch 0's shuffled order: the weights have not
+        moved yet, so its detached outputs are exactly the old ones (dropout is off), and a
+        separate no-grad pass over the batch is saved (about 1 in 14 forward-equivalents of an
+        update). That pass is returned too, as ``(order, logits, values)``, for
+        :meth:`_minibatch_passes` to train on; otherwise ``None``.
+        """
+        if self.config.mini_batch_size == ids.shape[0] and self.reuse_scoring_forward:
+            self.model.train()
+            order = torch.randperm(ids.shape[0], generator=self.generator).to(self.device)
+            logits, values = self._forward(ids[order], attn[order], T)
+            inverse = torch.argsort(order)
+            return logits.detach()[inverse], values.detach()[inverse], (order, logits, values)
+        self.model.eval()
+        with torch.no_grad():
+            logits, values = self._forward(ids, attn, T)
+        return logits, values, None
+
+    def _minibatch_passes(
+        self, ids: torch.Tensor, attn: torch.Tensor, T: int,
+        first: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:  # fmt: skip
+        """``ppo_epochs`` passes over shuffled minibatches: ``(indices, logits, values)`` of each
+        (with gradients); the first is the scoring pass itself when :meth:`_scoring_pass` made one."""
+        c, B = self.config, ids.shape[0]
+        for epoch in range(c.ppo_epochs):
+            if first is not None and epoch == 0:
+                reused, first = first, None
+                yield reused
+                del reused
+                continue
+            order = torch.randperm(B, generator=self.generator)
+            for start in range(0, B, c.mini_batch_size):
+                idx = order[start : start + c.mini_batch_size].to(self.device)
+                yield (idx, *self._forward(ids[idx], attn[idx], T))
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
