@@ -40,7 +40,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 # Single-agent PPO at the training defaults on the embedded default (SmolLM2-135M, VADER, movie
-# reviews): the task reward rises (docs/why-it-learns.md); about 6 minutes on 2 CPU cores.
+# reviews): the task reward rises (docs/why-it-learns.md); docs/benchmarks.md says how long it takes.
 demo: setup
 	$(PY) examples/train_cory.py --algo ppo --iterations 60 --out runs/demo --overwrite
 

@@ -11,7 +11,7 @@ With N GPUs (N = min(2, GPUs)), for CORY and for PPO with gradient accumulation:
    checkpoint holds whole tensors and that training moved them; then one FSDP run of 2
    iterations with ``fsdp_reshard_after_forward false`` and ``--bf16``, finite metrics.
 
-A tiny random Llama over a toy word tokenizer (tests/toy.py): five launches, about two minutes, no download.
+A tiny random Llama over a toy word tokenizer (tests/toy.py): five short launches, no download.
 
     HF_HUB_OFFLINE=1 PYTHONPATH=. python benchmarks/fsdp_check.py --out fsdp_check.json
 """

@@ -6,8 +6,8 @@ ones). Times are medians over the rounds, and ratios are taken round by round, s
 machine's drift over minutes cancels (side by side in one run). The defaults are the
 settings at which the CORY authors' code was measured on this kind of machine with the
 embedded model: batch 8, mini-batch 8, 10 new tokens per response, 4 PPO epochs,
-full-vocabulary KL. That code took 15.3 s per PPO and 32.8 s per CORY iteration, with
-3.7 GB and 6.0 GB peak memory.
+full-vocabulary KL. Its seconds and peak memory per iteration (``AUTHORS`` below) and this
+script's results are in docs/benchmarks.md.
 
 Targets: CORY costs at most 2.2x a PPO iteration; with shared-base LoRA, CORY's peak
 memory is at most 1.3x PPO's; our CORY needs at most 40% of the authors' CORY time.

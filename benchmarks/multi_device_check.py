@@ -8,8 +8,8 @@
    process per GPU (NCCL), 2 iterations; checks that every process ended with the weights the
    main process saved (the checkpoint's per-process fingerprints).
 
-A tiny random Llama over a toy word tokenizer (tests/toy.py) keeps it to about a minute and
-needs no download.
+A tiny random Llama over a toy word tokenizer (tests/toy.py) keeps it short and needs no
+download.
 
     HF_HUB_OFFLINE=1 PYTHONPATH=. python benchmarks/multi_device_check.py --out multi_device_check.json
 """

@@ -1,8 +1,10 @@
 """cory-env: LLM fine-tuning with cooperative multi-agent RL (CORY) as a PettingZoo environment.
 
     >>> import cory_env, gymnasium, pettingzoo
-    >>> e = pettingzoo.make("aec", "cory/PioneerObserver-v0", num_conversations=8)  # doctest: +SKIP
-    >>> g = gymnasium.make("cory/PioneerObserverRole-v0", role="pioneer")  # doctest: +SKIP
+    >>> e = pettingzoo.make("aec", "cory/PioneerObserver-v0", num_conversations=8)
+    >>> e.possible_agents
+    ['pioneer', 'observer']
+    >>> g = gymnasium.make("cory/PioneerObserverRole-v0", role="pioneer")
 
 See :mod:`cory_env.pioneer_observer` for the environment's documentation.
 """

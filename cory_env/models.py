@@ -12,8 +12,8 @@ the Hugging Face Hub.
 * a local path or a Hub name is returned unchanged;
 * ``"smollm2-135m"`` becomes ``cache_dir() / "smollm2-135m"``, a normal HF folder
   (``config.json``, ``model.safetensors``, tokenizer files). The first call builds it
-  by de-quantising the GGUF to float32 (about 20-30 s, 517 MB); later calls return at
-  once and the folder loads in about a second. The conversion holds a file lock,
+  by de-quantising the GGUF to float32 (517 MB), once per cache; later calls return at
+  once and the folder loads as any other. The conversion holds a file lock,
   writes into a temporary sibling folder and renames it into place with a marker
   file written last, so concurrent processes convert once and never see a half-written
   folder.
@@ -25,8 +25,10 @@ within seconds, naming the embedded default and how to pre-download the model.
 
 Example:
     >>> from cory_env.models import load_causal_lm, load_tokenizer
-    >>> tokenizer = load_tokenizer()          # doctest: +SKIP
-    >>> model = load_causal_lm()              # doctest: +SKIP
+    >>> tokenizer = load_tokenizer()  # the embedded default, "smollm2-135m"
+    >>> model = load_causal_lm()
+    >>> type(model).__name__, len(tokenizer)
+    ('LlamaForCausalLM', 49152)
 """
 
 from __future__ import annotations
@@ -161,7 +163,7 @@ def _ensure_embedded_model() -> Path:
             shutil.rmtree(leftover, ignore_errors=True)
 
         print(
-            f"Converting the embedded SmolLM2-135M model once into {final} (about 30 s)...",
+            f"Converting the embedded SmolLM2-135M model once into {final}...",
             file=sys.stderr,
             flush=True,
         )

@@ -149,6 +149,39 @@ PIONEER, OBSERVER = "pioneer", "observer"
 ROLES = (PIONEER, OBSERVER)
 
 
+# The entry points first, as in PettingZoo's own environments; raw_env (the unwrapped class)
+# is PioneerObserverEnv, named right after it.
+def env(**kwargs: Any) -> AECEnv:
+    """The environment with order enforcing (the usual entry point): :class:`OrderEnforcingWrapper`
+    around ``raw_env(**kwargs)``."""
+    return OrderEnforcingWrapper(raw_env(**kwargs))
+
+
+def parallel_env(**kwargs: Any) -> ParallelEnv:
+    """The environment through PettingZoo's parallel API.
+
+    ``to_parallel(env(**kwargs))``, PettingZoo's ``turn_based_aec_to_parallel``: both agents
+    are live for the whole episode, but each ``step`` uses only the action of the agent whose
+    turn it is (``infos[agent]["active_agent"]`` after a step; the pioneer acts first). To add
+    wrappers, wrap the AEC environment and convert it with :func:`to_parallel`
+    (docs/other-algorithms.md).
+    """
+    return to_parallel(env(**kwargs))
+
+
+def to_parallel(aec_env: AECEnv) -> ParallelEnv:
+    """A (possibly wrapped) AEC pioneer/observer environment through PettingZoo's parallel API.
+
+    PettingZoo's ``turn_based_aec_to_parallel(aec_env)``, unchanged unless the environment
+    was made with ``numeric_infos=True``. Then ``infos[agent]["active_agent"]`` is numeric
+    and there from ``reset`` on, as tensor-based clients need (PettingZoo's conversion adds
+    the acting agent's name, and only after the first step): the index in ``possible_agents``
+    of the agent that acts next, ``-1`` after the episode's last step, in copies of the AEC
+    environment's infos (which get PettingZoo's agent name, as without ``numeric_infos``).
+    """
+    return _TurnBasedParallel(aec_env)
+
+
 class PromptTooLongError(ValueError):
     """A prompt (plus the tokens to generate) does not fit the context window."""
 
@@ -601,6 +634,10 @@ class PioneerObserverEnv(AECEnv):
         pass
 
 
+raw_env = PioneerObserverEnv
+"""The environment without wrappers (PettingZoo's name for it): :class:`PioneerObserverEnv`."""
+
+
 def _token_range(max_new_tokens: int | tuple[int, int]) -> tuple[int, int]:
     if isinstance(max_new_tokens, (int, np.integer)) and not isinstance(max_new_tokens, bool):
         lo = hi = int(max_new_tokens)
@@ -642,36 +679,6 @@ class OrderEnforcingWrapper(wrappers.OrderEnforcingWrapper):
         super().step(action)
 
 
-def env(**kwargs: Any) -> AECEnv:
-    """The environment with order enforcing (the usual entry point): :class:`OrderEnforcingWrapper`."""
-    return OrderEnforcingWrapper(PioneerObserverEnv(**kwargs))
-
-
-def parallel_env(**kwargs: Any) -> ParallelEnv:
-    """The environment through PettingZoo's parallel API.
-
-    ``to_parallel(env(**kwargs))``, PettingZoo's ``turn_based_aec_to_parallel``: both agents
-    are live for the whole episode, but each ``step`` uses only the action of the agent whose
-    turn it is (``infos[agent]["active_agent"]`` after a step; the pioneer acts first). To add
-    wrappers, wrap the AEC environment and convert it with :func:`to_parallel`
-    (docs/other-algorithms.md).
-    """
-    return to_parallel(env(**kwargs))
-
-
-def to_parallel(aec_env: AECEnv) -> ParallelEnv:
-    """A (possibly wrapped) AEC pioneer/observer environment through PettingZoo's parallel API.
-
-    PettingZoo's ``turn_based_aec_to_parallel(aec_env)``, unchanged unless the environment
-    was made with ``numeric_infos=True``. Then ``infos[agent]["active_agent"]`` is numeric
-    and there from ``reset`` on, as tensor-based clients need (PettingZoo's conversion adds
-    the acting agent's name, and only after the first step): the index in ``possible_agents``
-    of the agent that acts next, ``-1`` after the episode's last step, in copies of the AEC
-    environment's infos (which get PettingZoo's agent name, as without ``numeric_infos``).
-    """
-    return _TurnBasedParallel(aec_env)
-
-
 class _TurnBasedParallel(conversions.turn_based_aec_to_parallel_wrapper):
     """``turn_based_aec_to_parallel_wrapper`` with a numeric ``active_agent`` under ``numeric_infos``."""
 
@@ -692,6 +699,3 @@ class _TurnBasedParallel(conversions.turn_based_aec_to_parallel_wrapper):
         acting = self.aec_env.agent_selection if self.aec_env.agents else None
         index = np.int64(self.possible_agents.index(acting) if acting is not None else -1)
         return {agent: {**info, "active_agent": index} for agent, info in infos.items()}
-
-
-raw_env = PioneerObserverEnv

@@ -7,8 +7,8 @@ with its own seeded generator, so episodes are reproducible under ``reset(seed=.
 Example:
     >>> import numpy as np
     >>> source = as_prompt_source(["The movie was", "I think"])
-    >>> [p.query for p in source.sample(np.random.default_rng(0), 3)]  # doctest: +SKIP
-    ['I think', 'The movie was', 'I think']
+    >>> [p.query for p in source.sample(np.random.default_rng(1), 3)]
+    ['The movie was', 'I think', 'I think']
 """
 
 from __future__ import annotations

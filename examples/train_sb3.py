@@ -2,7 +2,7 @@
 
 The role is a single-agent Gymnasium environment (``cory/PioneerObserverRole-v0``);
 SB3's own ``MultiInputPolicy`` reads it through a small token-embedding features
-extractor (agents/integrations/sb3.py). About 10 seconds on one CPU core.
+extractor (agents/integrations/sb3.py). No language model: one CPU core is enough.
 
     python examples/train_sb3.py                                  # the pioneer alone
     python examples/train_sb3.py --role observer                  # the observer, after a fixed pioneer

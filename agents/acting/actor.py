@@ -7,11 +7,13 @@ observation's ``past_length`` and ``num_new_tokens`` to feed only the new column
 Example:
     >>> from cory_env import env
     >>> from cory_env.models import load_causal_lm
-    >>> e, actor = env(num_conversations=4), LMActor(load_causal_lm())  # doctest: +SKIP
-    >>> e.reset(seed=0)  # doctest: +SKIP
-    >>> for agent in e.agent_iter():  # doctest: +SKIP
+    >>> e, actor = env(num_conversations=4, max_new_tokens=4), LMActor(load_causal_lm())
+    >>> e.reset(seed=0)
+    >>> for agent in e.agent_iter():
     ...     obs, reward, term, trunc, info = e.last()
     ...     e.step(None if term else actor.act(agent, obs))
+    >>> len(info["response"])  # the observer's last info: one response per conversation
+    4
 """
 
 from __future__ import annotations
@@ -75,8 +77,9 @@ def sample_categorical(probs: torch.Tensor, generator: torch.Generator | None = 
     the row's total, so rows need not sum exactly to 1) exceeds a uniform draw from [0, 1); ids
     of probability 0 (cut by top-k or top-p) are never drawn. The same distribution as
     ``torch.multinomial(probs, 1)``, which on a CPU draws an exponential variate for every id
-    (9 ms for 8 rows of a 49152-token vocabulary; this takes 0.4 ms); one uniform draw per row
-    from ``generator`` instead. A row with NaN or inf, or all zeros, raises a ``ValueError``.
+    (for a 49152-token vocabulary many times slower than this; docs/benchmarks.md times both);
+    one uniform draw per row from ``generator`` instead. A row with NaN or inf, or all zeros,
+    raises a ``ValueError``.
 
     Example:
         >>> sample_categorical(torch.tensor([[0.0, 1.0, 0.0], [0.5, 0.0, 0.5]]), torch.Generator().manual_seed(0))

@@ -14,8 +14,8 @@ Example:
     >>> from cory_env.tasks.toy import TOY_PROMPTS, fraction_good, toy_tokenizer
     >>> venv = make_vec_env("cory/PioneerObserverRole-v0", n_envs=4, seed=0, env_kwargs=dict(
     ...     role="pioneer", tokenizer=toy_tokenizer(), prompts=TOY_PROMPTS, reward_fn=fraction_good,
-    ...     max_new_tokens=4, context_length=32, render_mode=None))  # doctest: +SKIP
-    >>> model = PPO("MultiInputPolicy", venv, policy_kwargs=token_policy_kwargs())  # doctest: +SKIP
+    ...     max_new_tokens=4, context_length=32, render_mode=None))
+    >>> model = PPO("MultiInputPolicy", venv, policy_kwargs=token_policy_kwargs())
     >>> model.learn(4096)  # doctest: +SKIP
 """
 

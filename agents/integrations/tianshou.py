@@ -19,7 +19,9 @@ Example:
     ...     return PettingZooEnv(ActionMaskWrapper(cory_env.env(
     ...         num_conversations=4, tokenizer=toy_tokenizer(), prompts=TOY_PROMPTS,
     ...         reward_fn=fraction_good, max_new_tokens=4, context_length=32)))
-    >>> venv = DummyVectorEnv([make, make])  # doctest: +SKIP
+    >>> venv = DummyVectorEnv([make, make])
+    >>> len(venv)
+    2
 
 The mask has one entry per token id (and conversation) and Tianshou stores it with every
 transition, as a ``(vocab_size,)`` or ``(B, vocab_size)`` array: cheap for small

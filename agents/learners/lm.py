@@ -101,7 +101,7 @@ class LMLearner:
         self.generator = torch.Generator().manual_seed(seed)  # minibatch shuffling, on the CPU
         self.sampling_generator = torch.Generator(self.device).manual_seed(seed)
         self.actor = LMActor(acting_model, generator=self.sampling_generator, bf16=config.bf16, **(sampling or {}))
-        # The fused kernel is about 5x faster than the default on a CPU (one pass per step).
+        # The fused kernel: one pass over the weights per step instead of several (faster on a CPU; docs/benchmarks.md times the steps).
         groups = params if params and isinstance(params[0], dict) else [{"params": params}]
         fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for g in groups for p in g["params"])
         self.optimizer = torch.optim.AdamW(

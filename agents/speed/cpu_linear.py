@@ -4,15 +4,14 @@
 Two kinds of call in this package's forward passes run far below the CPU's speed that way:
 
 * **A decode step** multiplies a few rows (one new token per conversation) by every weight of
-  the model. For 8 rows MKL reads the weights at 6-10 GB/s computing ``x @ W.T``, but at
-  10-13 GB/s computing the same product as ``(W @ x.T).T``: 19.8 against 8.9 ms for the
-  embedded model's LM head (49152 x 576), 0.40 against 0.29 ms for an MLP projection, on a
-  2-core CPU whose memory gives 33 GB/s.
+  the model. For 8 rows MKL reads the weights faster computing the same product as
+  ``(W @ x.T).T`` than as ``x @ W.T``, the embedded model's LM head (49152 x 576) most of all
+  (docs/benchmarks.md has the rates and times).
 * **A frozen model's LM head under an integer** ``logits_to_keep``: Hugging Face passes it
   the last positions' hidden states, a slice that is not contiguous. When no gradient is
   needed for the weight, ``torch.matmul`` does not copy such an input into one matrix; it runs
-  a batched multiply over the weight expanded per conversation, 2.5x slower (8 conversations x
-  11 positions: about 120 against 47 ms). A reference model, or a LoRA policy (whose base LM
+  a batched multiply over the weight expanded per conversation, slower than copying the input
+  and multiplying once. A reference model, or a LoRA policy (whose base LM
   head is frozen), called that way makes such calls; this package's own scoring passes keep
   column indices instead (:func:`agents.learners.lm.predicting_columns`), which give a copy.
 
@@ -24,11 +23,10 @@ weights, their names, state dicts, ``isinstance(m, nn.Linear)`` (which peft chec
 LoRA adapter around it) and deep copies are unchanged. Results equal ``F.linear``'s up to
 float32 rounding (the order of the sums differs), so a sampled token can, rarely, differ.
 
-The :class:`~agents.training.trainer.Trainer` applies it to CPU runs unless ``--no-cpu-linear``. At the
-CORY authors' settings (batch 8, 10 new tokens) it makes a CORY iteration's rollout 12% faster
-(1.95 against 2.22 s) and the iteration 1.6% (14.22 against 14.45 s; six pairs, alternating in
-one process, each pair faster with it). ``benchmarks/iteration.py --cpu-linear-ablation``
-measures a CORY iteration without it, side by side.
+The :class:`~agents.training.trainer.Trainer` applies it to CPU runs unless ``--no-cpu-linear``.
+What it saves in a CORY iteration's rollout and in the whole iteration, at the CORY authors'
+settings, is in docs/benchmarks.md; ``benchmarks/iteration.py --cpu-linear-ablation`` measures
+a CORY iteration without it, side by side.
 On CUDA nothing changes; under bfloat16 autocast only the contiguous copy applies.
 """
 

@@ -4,9 +4,9 @@ Every training iteration allocates and frees the same large tensors again: the g
 every weight, full-vocabulary logits, activations. glibc's ``malloc`` serves each block above
 its mmap threshold (at most 32 MiB; with the embedded model, the gradients of the tied
 embedding matrix, 113 MB each, three per backward pass) with a fresh ``mmap`` and gives it
-back to the OS on ``free``, so every page of it faults again the next time. At the CORY
-authors' settings on a 2-core CPU that is about 960,000 page faults and 2.5 s of kernel time per
-CORY iteration; keeping the memory makes the iteration 6-11% faster at the same peak memory
+back to the OS on ``free``, so every page of it faults again the next time, in every
+iteration. Keeping the memory makes an iteration faster at the same peak memory: the page
+faults, the kernel time and the iteration's time with and without it are in docs/benchmarks.md
 (``benchmarks/iteration.py --no-lora --host-memory-ablation`` measures both side by side).
 
 :func:`retain_freed_memory` turns ``mmap`` allocations off and heap trimming up, so freed blocks
@@ -16,9 +16,8 @@ case: glibc can strand a few freed large blocks (each a little too small for the
 request of its size, and kept from coalescing by small cached chunks above it) before it
 reuses them, up to about eight times the largest block that is allocated and freed over and
 over (a loop that fills and frees one 256 MiB tensor settles at about 2 GB). In the training
-loop the peak stays the same (5.28 vs 5.27 GB at the benchmark's settings), and over a
-30-iteration CORY run with 4-15-token responses resident memory went from 5.30 GB after the
-first iteration to 5.45 GB from the 22nd on. The setting is process-wide and lasts until
+loop the peak stays the same, and over a long CORY run resident memory grows a few percent
+and then stays (docs/benchmarks.md has the figures). The setting is process-wide and lasts until
 exit: the :class:`~agents.training.trainer.Trainer` applies it to CPU runs unless
 ``--no-retain-freed-memory``. It is the same as starting Python with
 ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647`` in the environment.

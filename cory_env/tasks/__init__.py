@@ -12,11 +12,16 @@ gsm8k      grade-school math questions (+ answers)   ``gsm8k``         128-256
 ========== ========================================= ================= ==============
 
 Example:
-    >>> task = get_task("gsm8k")
-    >>> prompts = task.prompts(tokenizer, split="test")  # doctest: +SKIP
-    >>> game = cory_env.env(tokenizer=tokenizer, prompts=prompts,  # doctest: +SKIP
+    >>> import cory_env
+    >>> from cory_env.models import load_tokenizer
+    >>> from cory_env.rewards import get_reward
+    >>> from cory_env.tasks import get_task
+    >>> tokenizer, task = load_tokenizer(), get_task("gsm8k")
+    >>> prompts = task.prompts(tokenizer, split="test")
+    >>> game = cory_env.env(tokenizer=tokenizer, prompts=prompts,
     ...     reward_fn=get_reward(task.default_reward), pioneer_template=task.pioneer_template,
-    ...     observer_template=task.observer_template, max_new_tokens=task.max_new_tokens)
+    ...     observer_template=task.observer_template, context_length=task.context_length,
+    ...     max_new_tokens=(task.min_new_tokens, task.max_new_tokens))
 
 Your own data becomes a task with :func:`~cory_env.tasks.custom.custom_task`; any
 task can be added with :func:`register_task`.

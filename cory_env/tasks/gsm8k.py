@@ -20,8 +20,8 @@ Two sources:
 problems otherwise.
 
 Example:
-    >>> source = gsm8k_prompts(source="gsm_symbolic")  # doctest: +SKIP
-    >>> source.prompts[0].metadata  # doctest: +SKIP
+    >>> source = gsm8k_prompts(source="gsm_symbolic")
+    >>> source.prompts[0].metadata
     {'answer': '10'}
 """
 

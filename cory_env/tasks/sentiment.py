@@ -14,9 +14,10 @@ reachable, and Rotten Tomatoes otherwise.
 
 Example:
     >>> import numpy as np
-    >>> prompts = sentiment_prompts(tokenizer, source="rotten_tomatoes")  # doctest: +SKIP
-    >>> [p.query for p in prompts.sample(np.random.default_rng(0), 2)]  # doctest: +SKIP
-    ['A small gem of', 'Falls short']
+    >>> from cory_env.models import load_tokenizer
+    >>> prompts = sentiment_prompts(load_tokenizer(), source="rotten_tomatoes")
+    >>> [p.query for p in prompts.sample(np.random.default_rng(0), 2)]
+    ['While not for every taste, this', 'Glizty but formula']
 """
 
 from __future__ import annotations

@@ -16,7 +16,9 @@ Example:
     >>> from cory_env import env
     >>> from cory_env.tasks.toy import TOY_PROMPTS, fraction_good, toy_tokenizer
     >>> e = env(tokenizer=toy_tokenizer(), prompts=TOY_PROMPTS, reward_fn=fraction_good,
-    ...         max_new_tokens=4, context_length=32)  # doctest: +SKIP
+    ...         max_new_tokens=4, context_length=32)
+    >>> e.action_space("pioneer")
+    Discrete(18)
     >>> fraction_good(["the movie"], ["good good bad"])
     [0.6666666666666666]
 """

@@ -6,12 +6,16 @@ answer to build on.
 
 Example:
     >>> from cory_env import env, CollectiveRewardWrapper
-    >>> e = CollectiveRewardWrapper(env(prompts=["The movie"], max_new_tokens=4))  # doctest: +SKIP
-    >>> e.reset(seed=0)  # doctest: +SKIP
-    >>> for agent in e.agent_iter():  # doctest: +SKIP
+    >>> e = CollectiveRewardWrapper(env(prompts=["The movie"], max_new_tokens=4))
+    >>> e.reset(seed=0)
+    >>> rewards, task_rewards = {}, {}
+    >>> for agent in e.agent_iter():
     ...     obs, reward, term, trunc, info = e.last()
+    ...     if term:  # the episode is over: the agent's reward and its own task reward
+    ...         rewards[agent], task_rewards[agent] = reward, info["task_reward"]
     ...     e.step(None if term else e.action_space(agent).sample())
-    ...     # at the end both agents get reward == sum of info["task_reward"] of both
+    >>> print(rewards["pioneer"] == rewards["observer"] == task_rewards["pioneer"] + task_rewards["observer"])
+    True
 """
 
 from __future__ import annotations

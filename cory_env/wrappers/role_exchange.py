@@ -10,8 +10,8 @@ PettingZoo API tests reset while they check an environment) does not move the sc
 
 Example:
     >>> from cory_env import env, RoleExchangeWrapper
-    >>> e = RoleExchangeWrapper(env(prompts=["Hi"], max_new_tokens=2), period=2)  # doctest: +SKIP
-    >>> for episode in range(4):  # doctest: +SKIP
+    >>> e = RoleExchangeWrapper(env(prompts=["Hi"], max_new_tokens=2), period=2)
+    >>> for episode in range(4):
     ...     e.reset()
     ...     print(e.roles)
     ...     for learner in e.agent_iter():  # play the episode
@@ -19,8 +19,8 @@ Example:
     ...         e.step(None if term or trunc else e.action_space(learner).sample())
     {'llm_0': 'pioneer', 'llm_1': 'observer'}
     {'llm_0': 'pioneer', 'llm_1': 'observer'}
-    {'llm_0': 'observer', 'llm_1': 'pioneer'}
-    {'llm_0': 'observer', 'llm_1': 'pioneer'}
+    {'llm_1': 'pioneer', 'llm_0': 'observer'}
+    {'llm_1': 'pioneer', 'llm_0': 'observer'}
 
 A learner's current role is ``infos[learner]["role"]`` and ``observation["role"]``
 (0 pioneer, 1 observer). To resume a run, set :attr:`episodes` (episodes played so far)
