@@ -2,6 +2,8 @@
 
 - :mod:`~agents.evaluation.held_out`: a checkpoint's (or a model's) answers to held-out
   prompts: reward, KL, diversity, pass@k (``examples/evaluate.py``);
+- :mod:`~agents.evaluation.answers`: distinct-n, repetition and pass@k of the answers;
+- :mod:`~agents.evaluation.report`: strict JSON and Markdown tables of the results;
 - :mod:`~agents.evaluation.reward_benchmark`: ``cory-bench``, CORY against PPO on a reward
   over seeds;
 - :mod:`~agents.evaluation.statistics`: confidence intervals and tests for those comparisons.

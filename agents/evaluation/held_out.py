@@ -26,9 +26,7 @@ or ``python examples/evaluate.py --checkpoint runs/cory --samples-per-prompt 4``
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +36,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from agents.evaluation.answers import distinct_n, mean_pass_at_k, ngrams, pass_at_k, repetition_rate  # noqa: F401
+from agents.evaluation.report import EVAL_COLUMNS, fmt, format_result, jsonable, markdown_table, write_json  # noqa: F401
 from agents.training.checkpoint import latest_checkpoint, load_checkpoint
 from agents.learners.ppo import Episode, PPOLearner
 from agents.training.build import resolve_device
@@ -51,77 +51,6 @@ from cory_env.tasks import get_task
 from cory_env.templates import Template
 
 logger = logging.getLogger(__name__)
-
-# --------------------------------------------------------------------------- metrics
-
-
-def ngrams(tokens: Sequence[int], n: int) -> list[tuple[int, ...]]:
-    """The ``n``-grams of one token sequence, in order (none if it is shorter than ``n``)."""
-    if n < 1:
-        raise ValueError(f"n must be at least 1, got {n}")
-    tokens = list(tokens)
-    return [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
-
-
-def distinct_n(responses: Sequence[Sequence[int]], n: int) -> float:
-    """Distinct-n (Li et al., 2016, "A Diversity-Promoting Objective Function for Neural
-    Conversation Models"): the number of distinct ``n``-grams divided by the number of
-    ``n``-grams, pooled over all responses (token ids).
-
-    1.0 when no ``n``-gram occurs twice anywhere; near 0 when every response says the same
-    thing. NaN when no response has ``n`` tokens.
-
-    >>> distinct_n([[1, 2, 3], [1, 2, 4]], 1)  # 4 distinct of 6 unigrams
-    0.6666666666666666
-    """
-    grams = [g for r in responses for g in ngrams(r, n)]
-    return len(set(grams)) / len(grams) if grams else float("nan")
-
-
-def repetition_rate(responses: Sequence[Sequence[int]], n: int = 2) -> float:
-    """seq-rep-n (Welleck et al., 2020, "Neural Text Generation with Unlikelihood Training"):
-    the share of a response's ``n``-grams that repeat an earlier ``n``-gram of the same
-    response, ``1 - |distinct n-grams| / |n-grams|``, averaged over the responses.
-
-    Unlike :func:`distinct_n` it looks inside each response: "marvelous marvelous marvelous"
-    scores 0.5 with ``n=2`` (two bigrams, one distinct). Responses shorter than ``n`` tokens
-    have no ``n``-gram and are left out; NaN when none is long enough.
-
-    >>> repetition_rate([[5, 5, 5], [1, 2, 3]], n=2)  # (1 - 1/2 + 1 - 2/2) / 2
-    0.25
-    """
-    rates = [1 - len(set(g)) / len(g) for g in (ngrams(r, n) for r in responses) if g]
-    return float(np.mean(rates)) if rates else float("nan")
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k (Chen et al., 2021, "Evaluating Large Language Models Trained on Code"):
-    the probability that at least one of ``k`` answers drawn without replacement from ``n``
-    sampled answers, ``c`` of them correct, is correct: ``1 - C(n-c, k) / C(n, k)``.
-
-    Computed as ``1 - prod_{i=n-c+1}^{n} (1 - k / i)``, which never forms the (huge)
-    binomial coefficients.
-
-    >>> pass_at_k(n=4, c=1, k=2)  # 1 - C(3, 2) / C(4, 2) = 1 - 3/6
-    0.5
-    """
-    for name, value in (("n", n), ("c", c), ("k", k)):
-        if isinstance(value, bool) or int(value) != value:
-            raise TypeError(f"pass_at_k needs integer n, c, k; got {name}={value!r}")
-    if not 0 <= c <= n:
-        raise ValueError(f"the number of correct answers c={c} must lie in [0, n={n}]")
-    if not 1 <= k <= n:
-        raise ValueError(f"k={k} must lie in [1, n={n}]: pass@k needs at least k samples per question")
-    if n - c < k:  # every k-subset holds a correct answer
-        return 1.0
-    return 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1, dtype=np.float64)))
-
-
-def mean_pass_at_k(correct: np.ndarray, k: int) -> float:
-    """pass@k averaged over questions; ``correct`` is ``(questions, n)`` booleans."""
-    correct = np.asarray(correct, dtype=bool)
-    n = correct.shape[1]
-    return float(np.mean([pass_at_k(n, int(c), k) for c in correct.sum(axis=1)]))
 
 
 # ------------------------------------------------------------- task and reward
@@ -146,8 +75,6 @@ def load_reward(name: str, task: str, device: torch.device | None = None) -> tup
 
 
 # ------------------------------------------------------------------------- settings
-
-
 
 
 @dataclass
@@ -435,71 +362,3 @@ def _chosen_learners(learners: dict[str, PPOLearner], spec: str) -> dict[str, PP
     return {n: learners[n] for n in names}
 
 
-# --------------------------------------------------------------------------- output
-
-
-def jsonable(value: Any) -> Any:
-    """NaN and infinities as ``null`` (strict JSON), numpy scalars as Python numbers."""
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, (np.floating, np.integer)):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-def write_json(path: str | Path, data: Any) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(jsonable(data), indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
-
-
-def fmt(value: Any, spread: Any = None, digits: int = 3) -> str:
-    """A number for a table (``n/a`` when missing or not finite), with ``± spread`` if given."""
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "n/a"
-    if not isinstance(value, (float, np.floating)):
-        return str(value)
-    text = f"{value:.{digits}f}"
-    if spread is not None and isinstance(spread, (float, np.floating)) and math.isfinite(spread):
-        text += f" ± {spread:.{digits}f}"
-    return text
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A Markdown table with columns padded to equal width, readable as plain text too."""
-    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
-    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
-    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
-
-
-EVAL_COLUMNS = (
-    ("task_reward_mean", "task reward"), ("kl", "KL"), ("combined_reward", "combined"),
-    ("distinct_1", "distinct-1"), ("distinct_2", "distinct-2"), ("repetition_rate", "repetition"),
-    ("response_length", "length"),
-)  # fmt: skip
-
-
-def format_result(result: dict[str, Any]) -> str:
-    """A readable table of :func:`evaluate`'s result, one row per learner."""
-    learners = result["learners"]
-    passes = sorted({k for m in learners.values() for k in m if k.startswith("pass@")}, key=lambda k: int(k[5:]))
-    header = ["learner", *(h for _, h in EVAL_COLUMNS), *passes]
-    rows = []
-    for name, m in learners.items():
-        spread = {"task_reward_mean": m.get("task_reward_std")}
-        cells = [fmt(m[key], spread.get(key)) for key, _ in EVAL_COLUMNS]
-        rows.append([name, *cells, *(fmt(m.get(p)) for p in passes)])
-    policy = result["policy"]
-    what = policy.get("checkpoint") or policy["model"]
-    title = (
-        f"{what}: {result['task']} ({result['split']} split), reward {result['reward']}, "
-        f"{result['num_prompts']} prompts x {result['samples_per_prompt']} samples"
-    )
-    return title + "\n\n" + markdown_table(header, rows)

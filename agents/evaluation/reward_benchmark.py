@@ -44,7 +44,8 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from agents.training.checkpoint import checkpoint_iteration, latest_checkpoint
-from agents.evaluation.held_out import EvalConfig, evaluate, fmt, load_reward, markdown_table, write_json
+from agents.evaluation.held_out import EvalConfig, evaluate, load_reward
+from agents.evaluation.report import fmt, markdown_table, write_json
 from agents.training.metrics import read_metrics
 from agents.training.plots import learner_columns, plot_comparison, plot_kl_vs_reward
 from agents.evaluation.statistics import mean_ci, reward_rise, welch_test

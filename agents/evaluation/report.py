@@ -1,0 +1,77 @@
+"""Writing evaluation results: strict JSON, and readable Markdown tables.
+
+Shared by :mod:`agents.evaluation.held_out` (``cory-eval``) and
+:mod:`agents.evaluation.reward_benchmark` (``cory-bench``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def jsonable(value: Any) -> Any:
+    """NaN and infinities as ``null`` (strict JSON), numpy scalars as Python numbers."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, (np.floating, np.integer)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+def write_json(path: str | Path, data: Any) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(jsonable(data), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+def fmt(value: Any, spread: Any = None, digits: int = 3) -> str:
+    """A number for a table (``n/a`` when missing or not finite), with ``± spread`` if given."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "n/a"
+    if not isinstance(value, (float, np.floating)):
+        return str(value)
+    text = f"{value:.{digits}f}"
+    if spread is not None and isinstance(spread, (float, np.floating)) and math.isfinite(spread):
+        text += f" ± {spread:.{digits}f}"
+    return text
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A Markdown table with columns padded to equal width, readable as plain text too."""
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
+    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
+
+EVAL_COLUMNS = (
+    ("task_reward_mean", "task reward"), ("kl", "KL"), ("combined_reward", "combined"),
+    ("distinct_1", "distinct-1"), ("distinct_2", "distinct-2"), ("repetition_rate", "repetition"),
+    ("response_length", "length"),
+)  # fmt: skip
+
+def format_result(result: dict[str, Any]) -> str:
+    """A readable table of :func:`evaluate`'s result, one row per learner."""
+    learners = result["learners"]
+    passes = sorted({k for m in learners.values() for k in m if k.startswith("pass@")}, key=lambda k: int(k[5:]))
+    header = ["learner", *(h for _, h in EVAL_COLUMNS), *passes]
+    rows = []
+    for name, m in learners.items():
+        spread = {"task_reward_mean": m.get("task_reward_std")}
+        cells = [fmt(m[key], spread.get(key)) for key, _ in EVAL_COLUMNS]
+        rows.append([name, *cells, *(fmt(m.get(p)) for p in passes)])
+    policy = result["policy"]
+    what = policy.get("checkpoint") or policy["model"]
+    title = (
+        f"{what}: {result['task']} ({result['split']} split), reward {result['reward']}, "
+        f"{result['num_prompts']} prompts x {result['samples_per_prompt']} samples"
+    )
+    return title + "\n\n" + markdown_table(header, rows)
