@@ -6,6 +6,7 @@
 - :mod:`~agents.evaluation.report`: strict JSON and Markdown tables of the results;
 - :mod:`~agents.evaluation.reward_benchmark`: ``cory-bench``, CORY against PPO on a reward
   over seeds;
+- :mod:`~agents.evaluation.benchmark_report`: what ``cory-bench`` reports (tables, tests, curves);
 - :mod:`~agents.evaluation.statistics`: confidence intervals and tests for those comparisons.
 """
 

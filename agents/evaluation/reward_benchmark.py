@@ -39,16 +39,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pandas as pd
 from tqdm.auto import tqdm
 
 from agents.training.checkpoint import checkpoint_iteration, latest_checkpoint
 from agents.evaluation.held_out import EvalConfig, evaluate, load_reward
-from agents.evaluation.report import fmt, markdown_table, write_json
-from agents.training.metrics import read_metrics
-from agents.training.plots import learner_columns, plot_comparison, plot_kl_vs_reward
-from agents.evaluation.statistics import mean_ci, reward_rise, welch_test
+from agents.evaluation.benchmark_report import KL_VS_REWARD_PLOT, PLOTS, format_report, run_dir, write_report
+from agents.evaluation.report import write_json
 from agents.training.config import ALGOS, TrainConfig, apply_preset, changed_settings, flag
 from agents.training.trainer import Trainer
 
@@ -56,22 +52,6 @@ from agents.training.trainer import Trainer
 PER_RUN = ("algo", "seed", "out", "resume", "overwrite")
 #: Settings a --resume may change: they do not change what a finished run means.
 MAY_CHANGE = ("iterations", "device", "checkpoint_every", "tensorboard", "report_to", "samples_per_iteration")
-#: Training metrics (last iteration, metrics.csv) and evaluation metrics in the report.
-TRAIN_METRICS = {"task_reward_mean": "task reward", "kl": "KL", "combined_reward": "combined reward"}
-EVAL_METRICS = {
-    "task_reward_mean": "task reward", "kl": "KL", "combined_reward": "combined reward",
-    "distinct_1": "distinct-1", "distinct_2": "distinct-2", "repetition_rate": "repetition",
-}  # fmt: skip
-PLOTS = {"task_reward_mean": "task_reward.png", "kl": "kl.png", "combined_reward": "combined_reward.png"}
-KL_VS_REWARD_PLOT = "kl_vs_reward.png"
-MEAN_OF_LEARNERS = "mean"  # the learner column of a row that averages a run's learners (CORY's two)
-#: Metrics reported with the t-interval of their mean and tested against the baseline (Welch).
-COMPARED_METRICS = ("task_reward_mean", "kl", "combined_reward")
-BASELINE = "ppo"  # every other algorithm's rows are tested against its row
-CONFIDENCE = 0.95
-REWARD_RISE_K = 3  # reward rise: the last k iterations against the first k (k = iterations // 2 if fewer)
-
-
 
 
 @dataclass
@@ -116,10 +96,6 @@ TrainingFlags = _training_flags()
 
 
 # ------------------------------------------------------------------------- the runs
-
-
-def run_dir(out: str | Path, algo: str, seed: int) -> Path:
-    return Path(out) / algo / f"seed{seed}"
 
 
 def completed_iterations(folder: Path) -> int:
@@ -203,222 +179,7 @@ def run_benchmark(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
             gc.collect()
         bar.update(1)
     bar.close()
-    return write_report(out, train, bench)
-
-
-# ------------------------------------------------------------------------- the report
-
-
-def _final_training_metrics(df: pd.DataFrame) -> dict[str, dict[str, float]]:
-    """learner -> metric -> value at the run's last iteration (``df``: its metrics.csv)."""
-    last = df[df["iteration"] == df["iteration"].max()].iloc[-1]
-    learners = learner_columns(df, "kl")
-    return {name: {m: float(last[f"{name}/{m}"]) for m in TRAIN_METRICS} for name in learners}
-
-
-def _with_mean_of_learners(per_learner: dict[str, dict[str, float]], metrics: Any) -> dict[str, dict[str, float]]:
-    if len(per_learner) < 2:
-        return per_learner
-    values = {m: [np.nan if v.get(m) is None else v[m] for v in per_learner.values()] for m in metrics}
-    mean = {m: float(np.mean(v)) for m, v in values.items()}
-    return {**per_learner, MEAN_OF_LEARNERS: mean}
-
-
-def _reward_rise_k(iterations: int) -> int:
-    """Iterations in each window of the reward rise: REWARD_RISE_K, fewer in a short run (0: none)."""
-    return min(REWARD_RISE_K, iterations // 2)
-
-
-def _reward_rises(df: pd.DataFrame, batch_size: int, k: int) -> dict[str, dict[str, float]]:
-    """learner -> ``reward_rise`` of its task-reward curve, and of the mean of the learners' curves.
-
-    The mean of L learners' batch means has variance sum_l std_l^2 / (L^2 B): a curve of batch
-    L * B and std sqrt(mean_l std_l^2), taking the learners' batches as independent.
-    """
-    curves = df.groupby("iteration").last().sort_index()  # a re-logged iteration counts once
-    learners = [n for n in learner_columns(df, "task_reward_mean") if f"{n}/task_reward_std" in curves]
-    if k < 1 or not learners:
-        return {}
-    means = curves[[f"{n}/task_reward_mean" for n in learners]].to_numpy(np.float64)
-    stds = curves[[f"{n}/task_reward_std" for n in learners]].to_numpy(np.float64)
-    rises = {n: reward_rise(means[:, i], stds[:, i], batch_size, k) for i, n in enumerate(learners)}
-    if len(learners) > 1:
-        pooled = np.sqrt((stds**2).mean(axis=1))
-        rises[MEAN_OF_LEARNERS] = reward_rise(means.mean(axis=1), pooled, len(learners) * batch_size, k)
-    return rises
-
-
-def _over_seeds(values: list[float]) -> dict[str, Any]:
-    """Mean and population std (as the plots' bands) over seeds, and the t-interval of the mean."""
-    array = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
-    _, low, high = mean_ci(array, CONFIDENCE)
-    return {"mean": float(array.mean()), "std": float(array.std()), "values": array.tolist(),
-            "ci_low": low, "ci_high": high}  # fmt: skip
-
-
-def _comparisons(summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Welch's t-test over seeds of each row of another algorithm against the baseline's row.
-
-    ``difference`` is the row's mean minus the baseline's (CORY - PPO); the baseline row is
-    PPO's single learner (its mean-of-learners row, were there several).
-    """
-    rows = [r for r in summary if r["algo"] == BASELINE]
-    if not rows:
-        return []
-    baseline = next((r for r in rows if r["learner"] == MEAN_OF_LEARNERS), rows[0])
-    comparisons = []
-    for row in summary:
-        if row["algo"] == BASELINE:
-            continue
-        tests = {part: {m: welch_test(row[part][m]["values"], baseline[part][m]["values"], CONFIDENCE)
-                        for m in COMPARED_METRICS} for part in ("train", "eval")}  # fmt: skip
-        against = {"algo": baseline["algo"], "learner": baseline["learner"]}
-        comparisons.append({"algo": row["algo"], "learner": row["learner"], "baseline": against, **tests})
-    return comparisons
-
-
-def write_report(out: Path, train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
-    """report.json, report.md and the curve PNGs of the runs in ``out``."""
-    seeds = list(range(bench.seed, bench.seed + bench.seeds))
-    rise_k = _reward_rise_k(train.iterations)
-    runs: dict[str, dict[str, Any]] = {}
-    frames: dict[str, list[pd.DataFrame]] = {}
-    summary = []
-    for algo in bench.algos:
-        per_seed_train, per_seed_eval, per_seed_rise = [], [], []
-        for seed in seeds:
-            folder = run_dir(out, algo, seed)
-            df = read_metrics(folder)
-            frames.setdefault(algo.upper(), []).append(df)
-            final = _with_mean_of_learners(_final_training_metrics(df), TRAIN_METRICS)
-            rises = _reward_rises(df, train.batch_size, rise_k)
-            evaluated = json.loads((folder / "evaluation.json").read_text())["learners"]
-            evaluated = _with_mean_of_learners(evaluated, EVAL_METRICS)
-            runs[f"{algo}/seed{seed}"] = {"train": final, "eval": {n: {m: v.get(m) for m in EVAL_METRICS}
-                                                                  for n, v in evaluated.items()},
-                                          "reward_rise": rises}  # fmt: skip
-            per_seed_train.append(final)
-            per_seed_eval.append(evaluated)
-            per_seed_rise.append(rises)
-        for learner in per_seed_train[0]:
-            rise = [s.get(learner) for s in per_seed_rise]
-            summary.append({
-                "algo": algo, "learner": learner, "seeds": len(seeds),
-                "train": {m: _over_seeds([s[learner][m] for s in per_seed_train]) for m in TRAIN_METRICS},
-                "eval": {m: _over_seeds([s[learner].get(m) for s in per_seed_eval]) for m in EVAL_METRICS},
-                "reward_rise": None if None in rise else {
-                    "k": rise_k, "z": _over_seeds([r["z"] for r in rise]),
-                    "difference": _over_seeds([r["difference"] for r in rise]),
-                },
-            })  # fmt: skip
-    plots = []
-    for metric, filename in PLOTS.items():
-        labels = {algo.upper(): [run_dir(out, algo, s) for s in seeds] for algo in bench.algos}
-        plots.append(plot_comparison(labels, out / filename, metrics=[metric]).name)
-    plots.append(plot_kl_vs_reward(frames, out / KL_VS_REWARD_PLOT).name)
-    report = {
-        "reward": train.reward, "task": train.task, "model": train.model, "iterations": train.iterations,
-        "seeds": seeds, "algos": bench.algos, "summary": summary, "runs": runs, "plots": plots,
-        "confidence": CONFIDENCE, "comparisons": _comparisons(summary), "settings": _settings(train, bench),
-    }  # fmt: skip
-    write_json(out / "report.json", report)
-    (out / "report.md").write_text(format_report(report), encoding="utf-8")
-    return report
-
-
-def _p_value(p: Any) -> str:
-    return "n/a" if p is None or not np.isfinite(p) else "< 0.001" if p < 0.001 else f"{p:.3f}"
-
-
-def format_report(report: dict[str, Any]) -> str:
-    """The Markdown report: a table for the last training iteration and one for the held-out
-    evaluation, each followed by the Welch tests against PPO."""
-    bench = report["settings"]["benchmark"]
-    train = report["settings"]["train"]
-    level = f"{report['confidence']:.0%}"
-
-    def interval(c: dict[str, Any]) -> str:
-        finite = all(c.get(k) is not None and np.isfinite(c[k]) for k in ("ci_low", "ci_high"))
-        return f" [{fmt(c['ci_low'])}, {fmt(c['ci_high'])}]" if finite else ""
-
-    def cell(c: dict[str, Any], with_interval: bool) -> str:
-        return fmt(c["mean"], c["std"]) + (interval(c) if with_interval else "")
-
-    def table(part: str, metrics: dict[str, str], rise: bool = False) -> str:
-        header = ["algo", "learner", *metrics.values(), *(["reward rise z"] * rise)]
-        rows = []
-        for row in report["summary"]:
-            cells = [cell(row[part][m], m in COMPARED_METRICS) for m in metrics]
-            if rise:
-                z = row["reward_rise"]["z"] if row["reward_rise"] else {"mean": None, "std": None}
-                cells.append(fmt(z["mean"], z["std"]))
-            rows.append([row["algo"], row["learner"], *cells])
-        return markdown_table(header, rows)
-
-    def tests(part: str) -> list[str]:
-        if not report["comparisons"]:
-            return []
-        header = ["algo", "learner", "against", *(TRAIN_METRICS[m] for m in COMPARED_METRICS)]
-        rows = [
-            [c["algo"], c["learner"], f"{c['baseline']['algo']} {c['baseline']['learner']}",
-             *(f"{fmt(w['difference'])}{interval(w)}, p {_p_value(w['p_value'])}"
-               for w in (c[part][m] for m in COMPARED_METRICS))]
-            for c in report["comparisons"]
-        ]  # fmt: skip
-        return [
-            "",
-            f"Against {BASELINE.upper()} (Welch's t-test over seeds): the row's mean minus {BASELINE.upper()}'s "
-            f"[the {level} interval of that difference], two-sided p-value.",
-            "",
-            markdown_table(header, rows),
-        ]
-
-    seeds = report["seeds"]
-    rise_k = _reward_rise_k(report["iterations"])
-    rise = (
-        f"Reward rise z: the mean task reward of the last {rise_k} iterations minus that of the first {rise_k}, "
-        f"in standard errors from the batches' reward std (each iteration's mean has variance "
-        f"std^2 / {train['batch_size']}); z >= 2 counts as a rise."
-        if rise_k else "Reward rise z needs at least 2 iterations."
-    )
-    lines = [
-        f"# Reward benchmark: `{report['reward']}` on {report['task']}",
-        "",
-        f"{' vs '.join(a.upper() for a in report['algos'])}, {report['iterations']} iterations x {len(seeds)} seeds "
-        f"({', '.join(map(str, seeds))}); model `{report['model']}`, batch {train['batch_size']}, "
-        f"KL coefficient {train['kl_coef']}, {train['min_new_tokens']}-{train['max_new_tokens']} new tokens.",
-        "Every cell: mean ± std over seeds (population std, as the bands of the plots); task reward, KL and "
-        f"combined reward also [the {level} t-interval of the mean] (none with one seed). "
-        f"`{MEAN_OF_LEARNERS}` rows average a run's learners before the seeds.",
-        "",
-        "## Training: the last iteration",
-        "",
-        "Task reward and KL (summed over the response, batch mean) of the final training batch; "
-        f"combined reward = task reward - KL coefficient x KL. {rise}",
-        "",
-        table("train", TRAIN_METRICS, rise=True),
-        *tests("train"),
-        "",
-        f"## Held-out evaluation ({bench['eval_split']} split)",
-        "",
-        f"Each final policy answers the same {bench['eval_prompts']} held-out prompts "
-        f"({bench['eval_samples_per_prompt']} sample(s) each) alone, as the pioneer. Distinct-n: distinct n-grams / "
-        "n-grams over all answers; repetition: share of repeated bigrams within an answer (seq-rep-2). "
-        "Falling distinct-n and rising repetition are signs of distribution collapse.",
-        "",
-        table("eval", EVAL_METRICS),
-        *tests("eval"),
-        "",
-        "## Curves",
-        "",
-        *(f"![{name.removesuffix('.png')}]({name})" for name in report["plots"]),
-        "",
-        "## Runs",
-        "",
-        *(f"- `{name}/`: metrics.csv, samples.jsonl, evaluation.json" for name in report["runs"]),
-        "",
-    ]
-    return "\n".join(lines)
+    return write_report(out, train, bench, _settings(train, bench))
 
 
 # ------------------------------------------------------------------------- command line
