@@ -45,51 +45,39 @@ from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
 from agents.algorithms.advantages import GROUP_BASELINES, group_advantages, masked_mean
 from agents.distributed.data_parallel import DataParallel
-from agents.algorithms.kl import ESTIMATORS, kl_per_token
+from agents.algorithms.kl import kl_per_token
 from agents.learners.base import Episode, reward_metrics
-from agents.learners.lm import LMLearner, response_logits
+from agents.learners.lm import LMLearner, LMLearnerConfig, response_logits
 from agents.algorithms.losses import policy_loss
 
 KL_PENALTIES = ("loss", "reward")
 
 
-@dataclass
-class GRPOConfig:
-    """Group-relative learner hyperparameters (defaults: GRPO as in the paper and TRL, one epoch)."""
+@dataclass(kw_only=True)
+class GRPOConfig(LMLearnerConfig):
+    """Group-relative learner hyperparameters (defaults: GRPO as in the paper and TRL, one epoch); the
+    shared ones (learning rate, minibatches, clipping, KL controller, ...) are :class:`LMLearnerConfig`'s."""
 
     group_size: int = 4  # responses per prompt, consecutive in the batch (at least 2)
     advantage: str = "grpo"  # grpo: (r - group mean) / (group std + eps); rloo: r - mean of the others
     kl_penalty: str = "loss"  # loss: + kl_coef * k3 per token in the loss; reward: r - kl_coef * summed KL
     kl_coef: float = 0.04  # beta (initial, if adaptive); the GRPO paper's 0.04
-    kl_estimator: str = "k1"  # per-token KL subtracted from the reward (kl_penalty="reward"); the loss uses k3
-    adaptive_kl: bool = False  # adapt kl_coef towards target_kl (Ziegler et al. 2019)
-    target_kl: float = 6.0  # target summed KL per response, for the adaptive controller
-    kl_horizon: int = 10000  # horizon of the adaptive controller
-    learning_rate: float = 1.41e-5  # AdamW learning rate
     epochs: int = 1  # passes over each batch (GRPO's num_iterations, mu)
-    mini_batch_size: int = 8  # conversations per gradient step (divides the batch)
-    gradient_accumulation_steps: int = 1  # minibatches per optimizer step
-    cliprange: float = 0.2  # policy ratio clip (epsilon)
     std_eps: float = 1e-4  # added to the group std (grpo), as TRL
-    max_grad_norm: float | None = 1.0  # gradient clipping (None: off)
-    weight_decay: float = 0.0  # AdamW weight decay
-    bf16: bool = False  # bfloat16 autocast for forward passes (weights and optimizer stay float32)
+
+    _counts = ("epochs",)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.advantage not in GROUP_BASELINES:
             raise ValueError(f"advantage must be one of {GROUP_BASELINES}, got {self.advantage!r}")
         if self.kl_penalty not in KL_PENALTIES:
             raise ValueError(f"kl_penalty must be one of {KL_PENALTIES}, got {self.kl_penalty!r}")
-        if self.kl_estimator not in ESTIMATORS:
-            raise ValueError(f"kl_estimator must be one of {ESTIMATORS}, got {self.kl_estimator!r}")
         if self.group_size < 2:
             raise ValueError(
                 f"group_size must be at least 2 (responses per prompt to compare), got {self.group_size}: "
                 f"pass --group-size 2 or more"
             )
-        for name in ("mini_batch_size", "gradient_accumulation_steps", "epochs"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
 
 
 class GRPOLearner(LMLearner):

@@ -23,8 +23,8 @@ A subclass passes its policy module and the causal LM inside it that acts, and i
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -33,7 +33,7 @@ from trl.trainer.utils import selective_log_softmax
 
 from agents.distributed.data_parallel import DataParallel
 from agents.distributed.fsdp import is_sharded
-from agents.algorithms.kl import AdaptiveKLController, FixedKLController, kl_per_token
+from agents.algorithms.kl import ESTIMATORS, AdaptiveKLController, FixedKLController, kl_per_token
 from agents.learners.base import Episode
 from agents.acting.actor import LMActor, forward_inputs
 
@@ -60,6 +60,34 @@ def response_logits(lm: nn.Module, input_ids: torch.Tensor, attention_mask: torc
     """Logits ``(B, T, V)`` that predicted the last ``T`` tokens (the response), left padding handled."""
     inputs, unpack = response_inputs(lm, input_ids, attention_mask, T)
     return unpack(lm(**inputs, use_cache=False).logits)
+
+
+@dataclass
+class LMLearnerConfig:
+    """The settings every language-model learner shares (:class:`~agents.learners.ppo.PPOConfig` and
+    :class:`~agents.learners.grpo.GRPOConfig` add their own). Keyword arguments only."""
+
+    learning_rate: float = 1.41e-5  # AdamW learning rate
+    mini_batch_size: int = 8  # conversations per gradient step (divides the batch)
+    gradient_accumulation_steps: int = 1  # minibatches per optimizer step
+    cliprange: float = 0.2  # policy ratio clip (epsilon)
+    kl_estimator: str = "k1"  # per-token KL in the reward: k1 (sampled token), abs, mse, k3, or full
+    adaptive_kl: bool = False  # adapt the KL coefficient towards target_kl (Ziegler et al. 2019)
+    target_kl: float = 6.0  # target summed KL per response, for the adaptive controller
+    kl_horizon: int = 10000  # horizon of the adaptive controller
+    max_grad_norm: float | None = 1.0  # gradient clipping (None: off)
+    weight_decay: float = 0.0  # AdamW weight decay
+    bf16: bool = False  # bfloat16 autocast for forward passes (weights and optimizer stay float32)
+
+    def __post_init__(self) -> None:
+        if self.kl_estimator not in ESTIMATORS:
+            raise ValueError(f"kl_estimator must be one of {ESTIMATORS}, got {self.kl_estimator!r}")
+        for name in ("mini_batch_size", "gradient_accumulation_steps", *self._counts):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+    #: More fields that must be at least 1 (a subclass's epochs).
+    _counts: ClassVar[tuple[str, ...]] = ()
 
 
 class LMLearner:

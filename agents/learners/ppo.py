@@ -24,46 +24,34 @@ from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
 from agents.algorithms.advantages import explained_variance, gae, masked_mean
 from agents.distributed.data_parallel import DataParallel
-from agents.algorithms.kl import ESTIMATORS, token_rewards
+from agents.algorithms.kl import token_rewards
 from agents.learners.base import Episode
-from agents.learners.lm import LMLearner, response_inputs
+from agents.learners.lm import LMLearner, LMLearnerConfig, response_inputs
 from agents.algorithms.losses import policy_loss, value_loss
 from agents.learners.value_model import CausalLMWithValueHead
 
 
-@dataclass
-class PPOConfig:
-    """PPO hyperparameters (defaults: the CORY paper's IMDB column, scaled for a CPU)."""
+@dataclass(kw_only=True)
+class PPOConfig(LMLearnerConfig):
+    """PPO hyperparameters (defaults: the CORY paper's IMDB column, scaled for a CPU); the shared
+    ones (learning rate, minibatches, clipping, KL controller, ...) are :class:`LMLearnerConfig`'s."""
 
-    learning_rate: float = 1.41e-5  # Adam learning rate
     value_learning_rate: float | None = None  # the value head's own Adam learning rate (None: learning_rate)
-    mini_batch_size: int = 8  # conversations per gradient step (divides the batch)
-    gradient_accumulation_steps: int = 1  # minibatches per optimizer step
     ppo_epochs: int = 4  # passes over each batch
     gamma: float = 1.0  # discount
     lam: float = 0.95  # GAE lambda
-    cliprange: float = 0.2  # policy ratio clip
     cliprange_value: float = 0.2  # value clip
     vf_coef: float = 0.1  # value loss coefficient
     init_kl_coef: float = 0.3  # eta, the KL penalty coefficient (initial, if adaptive)
-    adaptive_kl: bool = False  # adapt eta towards target_kl (Ziegler et al. 2019)
-    target_kl: float = 6.0  # target summed KL per response, for the adaptive controller
-    kl_horizon: int = 10000  # horizon of the adaptive controller
-    kl_estimator: str = "k1"  # k1 (sampled token), abs, mse, or full (whole distribution)
     whiten_advantages: bool = True  # normalise advantages over the batch
-    max_grad_norm: float | None = 1.0  # gradient clipping (None: off)
     score_scaling: bool = False  # divide task scores by their running std
     score_norm: bool = False  # and subtract the running mean (needs score_scaling)
     score_clip: float | None = None  # clip scores to [-c, c] after scaling
-    weight_decay: float = 0.0  # AdamW weight decay
-    bf16: bool = False  # bfloat16 autocast for forward passes (weights and optimizer stay float32)
+
+    _counts = ("ppo_epochs",)
 
     def __post_init__(self) -> None:
-        if self.kl_estimator not in ESTIMATORS:
-            raise ValueError(f"kl_estimator must be one of {ESTIMATORS}, got {self.kl_estimator!r}")
-        for name in ("mini_batch_size", "gradient_accumulation_steps", "ppo_epochs"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        super().__post_init__()
         if self.value_learning_rate is not None and self.value_learning_rate <= 0:
             raise ValueError(f"value_learning_rate must be positive (or None: learning_rate), got {self.value_learning_rate}")
 
