@@ -75,5 +75,20 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.util.find_spec(new).loader.get_code(new)
 
 
+def names_of(module: str):
+    """``__getattr__`` for a package that was one module in cory-env 0.1 (``agents.distributed``,
+    ``agents.evaluation``): its old names, forwarded to the module that holds them now."""
+
+    def __getattr__(name: str) -> object:
+        if not name.startswith("__"):
+            try:
+                return getattr(importlib.import_module(module), name)
+            except AttributeError:
+                pass
+        raise AttributeError(f"module {module.rsplit('.', 1)[0]!r} has no attribute {name!r}")
+
+    return __getattr__
+
+
 if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
     sys.meta_path.append(_MovedModules())

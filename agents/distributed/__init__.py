@@ -9,12 +9,6 @@ See docs/scale-out.md.
 """
 
 
-def __getattr__(name: str):  # ``agents.distributed`` was one module before cory-env 0.2
-    import importlib
+from agents import names_of  # noqa: E402
 
-    if name.startswith("__"):
-        raise AttributeError(name)
-    try:
-        return getattr(importlib.import_module("agents.distributed.data_parallel"), name)
-    except AttributeError:
-        raise AttributeError(f"module 'agents.distributed' has no attribute {name!r}") from None
+__getattr__ = names_of("agents.distributed.data_parallel")  # ``agents.distributed`` was one module before cory-env 0.2

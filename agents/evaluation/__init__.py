@@ -11,12 +11,6 @@
 """
 
 
-def __getattr__(name: str):  # ``agents.evaluation`` was one module before cory-env 0.2
-    import importlib
+from agents import names_of  # noqa: E402
 
-    if name.startswith("__"):
-        raise AttributeError(name)
-    try:
-        return getattr(importlib.import_module("agents.evaluation.held_out"), name)
-    except AttributeError:
-        raise AttributeError(f"module 'agents.evaluation' has no attribute {name!r}") from None
+__getattr__ = names_of("agents.evaluation.held_out")  # ``agents.evaluation`` was one module before cory-env 0.2
