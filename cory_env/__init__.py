@@ -13,6 +13,7 @@ import gymnasium
 import pettingzoo
 
 from cory_env.pioneer_observer import (
+    chain_roles,
     OBSERVER,
     PIONEER,
     PioneerObserverEnv,
@@ -47,6 +48,7 @@ __all__ = [
     "RoleEnv",
     "RoleExchangeWrapper",
     "as_prompt_source",
+    "chain_roles",
     "env",
     "parallel_env",
     "raw_env",

@@ -133,17 +133,21 @@ import gymnasium
 import numpy as np
 from gymnasium.utils import seeding
 from pettingzoo import AECEnv, ParallelEnv
-from pettingzoo.utils import AgentSelector, conversions, wrappers
+from pettingzoo.utils import AgentSelector
 
+from cory_env.parallel import to_parallel
 from cory_env.prompts import Prompt, PromptList, PromptSource, as_prompt_source
 from cory_env.rewards.base import RewardFunction, score_responses
+from cory_env.speakers import Speaker, make_speakers
 from cory_env.templates import (
     SENTIMENT_OBSERVER,
     SENTIMENT_PIONEER,
     Template,
     check_template,
     render,
+    response_slots,
 )
+from cory_env.wrappers.order_enforcing import OrderEnforcingWrapper
 
 PIONEER, OBSERVER = "pioneer", "observer"
 ROLES = (PIONEER, OBSERVER)
@@ -160,8 +164,8 @@ def env(**kwargs: Any) -> AECEnv:
 def parallel_env(**kwargs: Any) -> ParallelEnv:
     """The environment through PettingZoo's parallel API.
 
-    ``to_parallel(env(**kwargs))``, PettingZoo's ``turn_based_aec_to_parallel``: both agents
-    are live for the whole episode, but each ``step`` uses only the action of the agent whose
+    ``to_parallel(env(**kwargs))``, PettingZoo's ``turn_based_aec_to_parallel``: every agent
+    is live for the whole episode, but each ``step`` uses only the action of the agent whose
     turn it is (``infos[agent]["active_agent"]`` after a step; the pioneer acts first). To add
     wrappers, wrap the AEC environment and convert it with :func:`to_parallel`
     (docs/other-algorithms.md).
@@ -169,17 +173,18 @@ def parallel_env(**kwargs: Any) -> ParallelEnv:
     return to_parallel(env(**kwargs))
 
 
-def to_parallel(aec_env: AECEnv) -> ParallelEnv:
-    """A (possibly wrapped) AEC pioneer/observer environment through PettingZoo's parallel API.
+def chain_roles(num_agents: int) -> tuple[str, ...]:
+    """The agents of a chain, by position: ``pioneer``, then ``observer`` (a chain of two), or
+    ``observer_1`` ... ``observer_{N-1}`` (longer chains).
 
-    PettingZoo's ``turn_based_aec_to_parallel(aec_env)``, unchanged unless the environment
-    was made with ``numeric_infos=True``. Then ``infos[agent]["active_agent"]`` is numeric
-    and there from ``reset`` on, as tensor-based clients need (PettingZoo's conversion adds
-    the acting agent's name, and only after the first step): the index in ``possible_agents``
-    of the agent that acts next, ``-1`` after the episode's last step, in copies of the AEC
-    environment's infos (which get PettingZoo's agent name, as without ``numeric_infos``).
+    >>> chain_roles(3)
+    ('pioneer', 'observer_1', 'observer_2')
     """
-    return _TurnBasedParallel(aec_env)
+    if isinstance(num_agents, bool) or not isinstance(num_agents, (int, np.integer)) or num_agents < 1:
+        raise ValueError(f"num_agents must be a positive int (agents in the chain), got {num_agents!r}")
+    if num_agents <= 2:
+        return ROLES[:num_agents]
+    return (PIONEER, *(f"{OBSERVER}_{k}" for k in range(1, num_agents)))
 
 
 class PromptTooLongError(ValueError):
@@ -219,20 +224,29 @@ class PioneerObserverEnv(AECEnv):
         observer_template: Template = SENTIMENT_OBSERVER,
         knowledge_transfer: bool = True,
         with_observer: bool = True,
-        stop_token_ids: Sequence[int] | None = None,
-        vocab_size: int | None = None,
+        num_agents: int | None = None,
+        templates: Sequence[Template] | None = None,
+        stop_token_ids: Sequence[int] | Sequence[Sequence[int]] | None = None,
+        vocab_size: int | Sequence[int] | None = None,
         numeric_infos: bool = False,
         render_mode: str | None = None,
     ):
         super().__init__()
+        if num_agents is None:
+            num_agents = 2 if with_observer else 1
+        elif not with_observer and num_agents != 1:
+            raise ValueError(f"with_observer=False is a chain of one agent, but num_agents={num_agents!r}: give one")
+        roles = chain_roles(num_agents)
         if tokenizer is None:
             from cory_env.models import load_tokenizer
 
             tokenizer = load_tokenizer()
+        self._speakers: list[Speaker] = make_speakers(tokenizer, len(roles), vocab_size, stop_token_ids)
+        first = self._speakers[0]
         if prompts is None:
             from cory_env.tasks.sentiment import sentiment_prompts
 
-            prompts = sentiment_prompts(tokenizer)
+            prompts = sentiment_prompts(first.tokenizer)
         if reward_fn is None:
             from cory_env.rewards.sentiment import vader_sentiment
 
@@ -245,87 +259,117 @@ class PioneerObserverEnv(AECEnv):
             raise ValueError(f"num_conversations must be a positive int or None, got {num_conversations!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
-        check_template(pioneer_template, allow_response=False, name="pioneer_template")
-        check_template(observer_template, allow_response=True, name="observer_template")
+        given = templates is not None
+        if templates is None:
+            templates = [pioneer_template, *[observer_template] * (len(roles) - 1)]
+        elif isinstance(templates, str) or len(templates) != len(roles):
+            raise ValueError(
+                f"templates must be a list with one template per agent ({len(roles)}: {', '.join(roles)}), "
+                f"got {templates!r:.200}"
+            )
+        for k, template in enumerate(templates):
+            name = f"templates[{k}]" if given else ("pioneer_template" if k == 0 else "observer_template")
+            check_template(template, name=name, position=k)
+        if not knowledge_transfer:  # the paper's ablation: every later agent sees the query alone
+            templates = [templates[0]] * len(roles)
 
-        self.tokenizer = tokenizer
+        #: The pioneer's tokenizer (every agent's, unless the team is of different models: :attr:`tokenizers`).
+        self.tokenizer = first.tokenizer
         self.prompt_source = as_prompt_source(prompts)
         self.reward_fn = reward_fn
         self.batched = num_conversations is not None
         self.num_conversations = num_conversations or 1
         self.max_new_tokens_range = _token_range(max_new_tokens)
         self.context_length = int(context_length)
-        self.pioneer_template = pioneer_template
-        self.observer_template = observer_template if knowledge_transfer else pioneer_template
+        self.templates = list(templates)
+        self.pioneer_template = self.templates[0]
+        self.observer_template = self.templates[1] if len(roles) > 1 else observer_template
         self.knowledge_transfer = knowledge_transfer
         if not isinstance(numeric_infos, bool):
             raise TypeError(f"numeric_infos must be True or False, got {numeric_infos!r}")
         self.numeric_infos = numeric_infos
         self._last_transcript: dict[str, dict[str, Any]] | None = None
         self.render_mode = render_mode
-
-        self.vocab_size = int(vocab_size if vocab_size is not None else len(tokenizer))
-        self.pad_token_id = _pad_token_id(tokenizer)
-        if stop_token_ids is None:
-            eos = tokenizer.eos_token_id
-            stop_token_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
-        self.stop_token_ids = np.asarray(sorted(set(int(t) for t in stop_token_ids)), dtype=np.int64)
-        for t in [self.pad_token_id, *self.stop_token_ids]:
-            if not 0 <= t < self.vocab_size:
-                raise ValueError(f"special token id {t} is outside the vocabulary [0, {self.vocab_size})")
-        window = getattr(tokenizer, "model_max_length", None)
-        if window is not None and window < 10**7 and self.context_length > window:
-            raise ValueError(
-                f"context_length={self.context_length} exceeds the tokenizer's model_max_length={window}; "
-                f"use context_length <= {window}"
-            )
+        # The pioneer's tokens (each agent's own are in its speaker, self.speaker(agent)).
+        self.vocab_size, self.pad_token_id, self.stop_token_ids = first.vocab_size, first.pad_token_id, first.stop_token_ids
+        for k, speaker in enumerate(self._speakers):
+            window = getattr(speaker.tokenizer, "model_max_length", None)
+            if window is not None and window < 10**7 and self.context_length > window:
+                who = f" of agent {k + 1} ({roles[k]})" if self.heterogeneous else ""
+                raise ValueError(
+                    f"context_length={self.context_length} exceeds the tokenizer{who}'s model_max_length={window}; "
+                    f"use context_length <= {window}"
+                )
         if self.context_length <= self.max_new_tokens_range[1]:
             raise ValueError(
                 f"context_length={self.context_length} leaves no room for a prompt with "
                 f"max_new_tokens up to {self.max_new_tokens_range[1]}; raise context_length"
             )
 
-        self.possible_agents = list(ROLES) if with_observer else [PIONEER]
-        self._spaces(self.vocab_size)
+        self.possible_agents = list(roles)
+        #: Which agent's speaker plays each chain position (identity unless reset(options={"seating": ...})).
+        self.seating = list(range(len(roles)))
+        self._spaces()
+
+    @property
+    def tokenizers(self) -> list[Any]:
+        """Each agent's tokenizer, in the order of ``possible_agents`` (as seated for this episode)."""
+        return [self.speaker(a).tokenizer for a in self.possible_agents]
+
+    @property
+    def heterogeneous(self) -> bool:
+        """Whether the agents speak different tokens (a team of different models)."""
+        return any(not s.same_as(self._speakers[0]) for s in self._speakers[1:])
+
+    def speaker(self, agent: str) -> Speaker:
+        """The :class:`~cory_env.speakers.Speaker` (tokenizer, vocabulary, special tokens) of ``agent``'s seat."""
+        return self._speakers[self.seating[self.possible_agents.index(agent)]]
 
     # ------------------------------------------------------------------ spaces
-    def _spaces(self, vocab_size: int) -> None:
+    def _spaces(self) -> None:
         B, L = self.num_conversations, self.context_length
         shape = (B, L) if self.batched else (L,)
         scalar = lambda high: gymnasium.spaces.Box(0, high, shape=(1,), dtype=np.int64)  # noqa: E731
-        obs = gymnasium.spaces.Dict(
-            {
-                "input_ids": gymnasium.spaces.Box(0, vocab_size - 1, shape=shape, dtype=np.int64),
-                "attention_mask": gymnasium.spaces.Box(0, 1, shape=shape, dtype=np.int64),
-                "past_length": scalar(L),
-                "num_new_tokens": scalar(L),
-                "role": scalar(1),
-            }
-        )
-        act = (
-            gymnasium.spaces.MultiDiscrete(np.full(B, vocab_size, dtype=np.int64))
-            if self.batched
-            else gymnasium.spaces.Discrete(vocab_size)
-        )
-        # Same objects every call, one per agent (they are seeded independently).
-        self._observation_spaces = {a: obs if a == PIONEER else copy.deepcopy(obs) for a in ROLES}
-        self._action_spaces = {a: act if a == PIONEER else copy.deepcopy(act) for a in ROLES}
-        self._role_arrays = {a: _frozen(np.array([i], dtype=np.int64)) for i, a in enumerate(ROLES)}
-        roles = len(self.possible_agents)
+        roles = self.possible_agents
+        # One observation and action space per agent (seeded independently); an agent seated at
+        # another position (a team of different models under role exchange) brings its own.
+        self.agent_spaces: list[tuple[gymnasium.spaces.Dict, gymnasium.spaces.Space]] = []
+        for k, speaker in enumerate(self._speakers):
+            V = speaker.vocab_size
+            obs = gymnasium.spaces.Dict(
+                {
+                    "input_ids": gymnasium.spaces.Box(0, V - 1, shape=shape, dtype=np.int64),
+                    "attention_mask": gymnasium.spaces.Box(0, 1, shape=shape, dtype=np.int64),
+                    "past_length": scalar(L),
+                    "num_new_tokens": scalar(L),
+                    "role": scalar(max(len(roles) - 1, 1)),
+                }
+            )
+            act = gymnasium.spaces.MultiDiscrete(np.full(B, V, dtype=np.int64)) if self.batched else gymnasium.spaces.Discrete(V)
+            self.agent_spaces.append((obs, act) if k == 0 else (copy.deepcopy(obs), copy.deepcopy(act)))
+        self._role_arrays = {a: _frozen(np.array([i], dtype=np.int64)) for i, a in enumerate(roles)}
+        high = max(s.vocab_size for s in self._speakers) - 1
         self.state_space = gymnasium.spaces.Box(
-            -1, vocab_size - 1, shape=(B, roles, L) if self.batched else (roles, L), dtype=np.int64
+            -1, high, shape=(B, len(roles), L) if self.batched else (len(roles), L), dtype=np.int64
         )
-        empty = _frozen(np.full((B, L), self.pad_token_id, dtype=np.int64))
-        self._empty_context = (empty, _frozen(np.zeros((B, L), dtype=np.int64)))
+        self._empty_contexts = {
+            id(s): (_frozen(np.full((B, L), s.pad_token_id, dtype=np.int64)), _frozen(np.zeros((B, L), dtype=np.int64)))
+            for s in self._speakers
+        }
 
     def observation_space(self, agent: str) -> gymnasium.spaces.Dict:
-        return self._observation_spaces[agent]
+        return self.agent_spaces[self.seating[self.possible_agents.index(agent)]][0]
 
     def action_space(self, agent: str) -> gymnasium.spaces.Space:
-        return self._action_spaces[agent]
+        return self.agent_spaces[self.seating[self.possible_agents.index(agent)]][1]
 
     # ------------------------------------------------------------------ episode
     def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        """Start an episode. ``options={"seating": [i_0, ..., i_{N-1}]}`` seats agent ``i_k``'s
+        speaker (tokenizer, vocabulary) at position ``k`` for this and later episodes (a
+        permutation; :class:`~cory_env.RoleExchangeWrapper` rotates a team of different models so)."""
+        if options and "seating" in options:
+            self.seating = self._check_seating(options["seating"])
         if seed is not None or not hasattr(self, "np_random"):
             self.np_random, self.np_random_seed = seeding.np_random(seed)
         B = self.num_conversations
@@ -352,17 +396,27 @@ class PioneerObserverEnv(AECEnv):
         self._turns: dict[str, _Turn] = {}
         self.episode_over = False
 
-        self._start_turn(PIONEER, [render(self.pioneer_template, q) for q in self.queries])
-        if OBSERVER not in self.possible_agents:
-            return
-        # The observer's prompt grows with the pioneer's answer: check the worst case now
+        self._start_turn(PIONEER, [render(self.templates[0], q) for q in self.queries])
+        # A later agent's prompt grows with the earlier answers: check the worst case now
         # rather than fail in the middle of the episode.
-        reserved = self.max_new_tokens if self.knowledge_transfer else 0
-        self._check_fits(OBSERVER, [render(self.observer_template, q, "") for q in self.queries], reserved)
+        for k, role in enumerate(self.possible_agents[1:], start=1):
+            reserved = self.max_new_tokens * response_slots(self.templates[k], k) if self.knowledge_transfer else 0
+            self._check_fits(role, [render(self.templates[k], q, responses=[""] * k) for q in self.queries], reserved)
+
+    def _check_seating(self, seating: Any) -> list[int]:
+        n = len(self.possible_agents)
+        try:
+            order = [int(i) for i in seating]
+        except (TypeError, ValueError):
+            order = []
+        if sorted(order) != list(range(n)):
+            raise ValueError(f"seating must be a permutation of 0..{n - 1} (the agent seated at each position), got {seating!r}")
+        return order
 
     def check_prompts(self, prompts: Sequence[Prompt | str] | None = None) -> None:
         """Check that every prompt fits the context with the longest responses (``max_new_tokens``'
-        upper end, for the observer also the pioneer's), instead of at the episode that draws one.
+        upper end, for a later agent also the earlier answers its template names), instead of at
+        the episode that draws one; in a team of different models, in every agent's tokens.
 
         ``prompts`` defaults to the whole prompt source when it is a list (:class:`PromptList`);
         other sources are not enumerated. Raises :class:`PromptTooLongError` naming how many do
@@ -374,30 +428,30 @@ class PioneerObserverEnv(AECEnv):
             prompts = self.prompt_source.prompts
         queries = [p.query if isinstance(p, Prompt) else str(p) for p in prompts]
         hi = self.max_new_tokens_range[1]
-        roles = [(PIONEER, [render(self.pioneer_template, q) for q in queries], hi)]
-        if OBSERVER in self.possible_agents:
-            reserved = hi if self.knowledge_transfer else 0
-            roles.append((OBSERVER, [render(self.observer_template, q, "") for q in queries], hi + reserved))
-        for role, texts, extra in roles:
-            lengths = np.array([len(row) for row in self.tokenizer(texts)["input_ids"]]) + extra
-            over = np.flatnonzero(lengths > self.context_length)
-            if over.size:
-                worst = int(over[np.argmax(lengths[over])])
-                raise PromptTooLongError(
-                    f"{over.size} of {len(texts)} prompts do not fit context_length={self.context_length} as the "
-                    f"{role}'s prompt with {extra} tokens of responses (max_new_tokens up to {hi}); the longest needs "
-                    f"{int(lengths[worst])}, for the query {queries[worst][:120]!r}. Raise context_length to "
-                    f"{int(lengths.max())} "
-                    f"(at most the model's window), lower max_new_tokens, or drop the longest prompts."
-                )
+        speakers = list({id(s): s for s in self._speakers}.values())  # any of them may be seated anywhere
+        for k, role in enumerate(self.possible_agents):
+            texts = [render(self.templates[k], q, responses=[""] * k) for q in queries]
+            extra = hi + (hi * response_slots(self.templates[k], k) if self.knowledge_transfer else 0)
+            for speaker in speakers:
+                lengths = np.array([len(row) for row in speaker.tokenizer(texts)["input_ids"]]) + extra
+                over = np.flatnonzero(lengths > self.context_length)
+                if over.size:
+                    worst = int(over[np.argmax(lengths[over])])
+                    raise PromptTooLongError(
+                        f"{over.size} of {len(texts)} prompts do not fit context_length={self.context_length} as the "
+                        f"{role}'s prompt with {extra} tokens of responses (max_new_tokens up to {hi}); the longest needs "
+                        f"{int(lengths[worst])}, for the query {queries[worst][:120]!r}. Raise context_length to "
+                        f"{int(lengths.max())} "
+                        f"(at most the model's window), lower max_new_tokens, or drop the longest prompts."
+                    )
 
     def _check_fits(self, role: str, texts: list[str], reserved: int = 0) -> list[list[int]]:
-        """Tokenize prompts and check each, plus ``reserved`` tokens, leaves room for a response."""
-        ids = self.tokenizer(texts)["input_ids"]
+        """Tokenize prompts (in ``role``'s tokens) and check each, plus ``reserved`` tokens, leaves room for a response."""
+        ids = self.speaker(role).tokenizer(texts)["input_ids"]
         room = self.context_length - self.max_new_tokens - reserved
         for text, row in zip(texts, ids):
             if len(row) > room:
-                extra = f" and up to {reserved} tokens of the pioneer's response" if reserved else ""
+                extra = f" and up to {reserved} tokens of earlier responses" if reserved else ""
                 raise PromptTooLongError(
                     f"the {role}'s prompt has {len(row)} tokens{extra}, but context_length={self.context_length} "
                     f"leaves room for {room + reserved} with max_new_tokens={self.max_new_tokens}: {text[:120]!r}. "
@@ -418,7 +472,7 @@ class PioneerObserverEnv(AECEnv):
         ids = self._check_fits(role, texts)
         B, L, T = self.num_conversations, self.context_length, self.max_new_tokens
         turn = _Turn(
-            tokens=np.full((B, L + T), self.pad_token_id, dtype=np.int64),
+            tokens=np.full((B, L + T), self.speaker(role).pad_token_id, dtype=np.int64),
             mask=np.zeros((B, L + T), dtype=np.int64),
             prompt_texts=texts,
             prompt_width=max(len(row) for row in ids),
@@ -434,7 +488,7 @@ class PioneerObserverEnv(AECEnv):
         turn = self._turns.get(agent)
         L = self.context_length
         if turn is None:  # before its turn
-            ids, mask = self._empty_context
+            ids, mask = self._empty_contexts[id(self.speaker(agent))]
             past, new = 0, 0
         else:
             t = turn.t
@@ -457,9 +511,9 @@ class PioneerObserverEnv(AECEnv):
         """The global state, for centralized training (a critic that sees every role's context).
 
         ``(B, R, L)`` token ids (``(R, L)`` unbatched), ``R`` the roles in the order of
-        ``possible_agents`` (pioneer, then observer): each role's current context window, as
-        its observation holds it, with ``-1`` wherever that observation's attention mask is 0
-        (padding, and the whole row before the role's turn)."""
+        ``possible_agents`` (the chain's order): each role's current context window, as its
+        observation holds it (in its own tokens), with ``-1`` wherever that observation's
+        attention mask is 0 (padding, and the whole row before the role's turn)."""
         if not hasattr(self, "_turns"):
             raise RuntimeError("state() before the first reset(): call reset() first")
         B, L = self.num_conversations, self.context_length
@@ -492,7 +546,7 @@ class PioneerObserverEnv(AECEnv):
         np.copyto(turn.tokens[:, col], tokens, where=active)
         turn.mask[:, col] = active
         turn.response_length += active
-        turn.over |= active & np.isin(tokens, self.stop_token_ids)
+        turn.over |= active & np.isin(tokens, self.speaker(agent).stop_token_ids)
         turn.t += 1
         if turn.t >= self.max_new_tokens:
             turn.over[:] = True
@@ -521,13 +575,14 @@ class PioneerObserverEnv(AECEnv):
                 f"({'one token id per conversation' if self.batched else 'a single token id'}), got shape {arr.shape}"
             )
         arr = arr.reshape(-1).astype(np.int64, copy=False)
-        bad = (arr < 0) | (arr >= self.vocab_size)
+        vocab_size = self.speaker(agent).vocab_size
+        bad = (arr < 0) | (arr >= vocab_size)
         if bad.any():
             i = int(np.argmax(bad))
             where = f" for conversation {i}" if self.batched else ""
             raise ValueError(
                 f"token id {int(arr[i])}{where} is out of range for {agent!r}: "
-                f"valid ids are 0..{self.vocab_size - 1} (vocab_size={self.vocab_size})"
+                f"valid ids are 0..{vocab_size - 1} (vocab_size={vocab_size})"
             )
         return arr
 
@@ -535,7 +590,7 @@ class PioneerObserverEnv(AECEnv):
         turn = self._turns[agent]
         L, n = self.context_length, turn.response_length
         response_ids = [turn.tokens[b, L : L + n[b]].tolist() for b in range(self.num_conversations)]
-        responses = self.tokenizer.batch_decode(response_ids, skip_special_tokens=True)
+        responses = self.speaker(agent).tokenizer.batch_decode(response_ids, skip_special_tokens=True)
         scores = score_responses(self.reward_fn, self.queries, responses, self._metadata)
         self.responses[agent] = responses
         self.task_rewards[agent] = scores
@@ -553,10 +608,12 @@ class PioneerObserverEnv(AECEnv):
             )
         else:
             self.infos[agent].update(ended)
-        if agent == PIONEER and OBSERVER in self.possible_agents:
-            texts = [render(self.observer_template, q, r) for q, r in zip(self.queries, responses)]
-            self._start_turn(OBSERVER, texts)
-            self.agent_selection = OBSERVER
+        k = self.possible_agents.index(agent) + 1
+        if k < len(self.possible_agents):  # the next agent answers with the earlier answers in its prompt
+            earlier = [self.responses[r] for r in self.possible_agents[:k]]
+            texts = [render(self.templates[k], q, responses=[r[b] for r in earlier]) for b, q in enumerate(self.queries)]
+            self._start_turn(self.possible_agents[k], texts)
+            self.agent_selection = self.possible_agents[k]
         else:
             self.episode_over = True
             self._last_transcript = self._transcript  # deliver_rewards adds the rewards to it
@@ -590,7 +647,7 @@ class PioneerObserverEnv(AECEnv):
 
         ``{role: {"role", "query", "context", "response", "response_length", "task_reward",
         "reward"}}`` (lists and arrays over conversations in the batched form), keyed by role
-        (``"pioneer"``, ``"observer"``) even under :class:`~cory_env.RoleExchangeWrapper`.
+        (``"pioneer"``, ``"observer"``, ...) even under :class:`~cory_env.RoleExchangeWrapper`.
         Kept through ``reset``, so a client that resets as soon as an episode ends (TorchRL's
         rollouts and collectors do) still finds the texts; ``None`` before the first episode
         ends. It is the place to read texts under ``numeric_infos=True``. A copy.
@@ -603,7 +660,7 @@ class PioneerObserverEnv(AECEnv):
             return {"role": agent}
         B = self.num_conversations
         return {
-            "role": np.int64(ROLES.index(agent)),
+            "role": np.int64(self.possible_agents.index(agent)),
             "response_length": self._unbatch(np.zeros(B, dtype=np.int64)),
             "task_reward": self._unbatch(np.zeros(B, dtype=np.float64)),
             "reward": self._unbatch(np.zeros(B, dtype=np.float64)),
@@ -620,7 +677,7 @@ class PioneerObserverEnv(AECEnv):
         lines = []
         for b, q in enumerate(self.queries):
             lines.append(f"[{b}] query:    {q!r}")
-            for role in ROLES:
+            for role in self.possible_agents:
                 if role in self.responses:
                     r = self.task_rewards[role][b]
                     lines.append(f"    {role:8s}: {self.responses[role][b]!r}  (task reward {r:+.3f})")
@@ -651,13 +708,6 @@ def _token_range(max_new_tokens: int | tuple[int, int]) -> tuple[int, int]:
     return lo, hi
 
 
-def _pad_token_id(tokenizer: Any) -> int:
-    for tid in (tokenizer.pad_token_id, tokenizer.eos_token_id):
-        if tid is not None:
-            return int(tid if isinstance(tid, int) else tid[0])
-    return 0
-
-
 def _metadata(prompts: list[Prompt]) -> dict[str, list[Any]]:
     keys = sorted({k for p in prompts for k in p.metadata})
     return {k: [p.metadata.get(k) for p in prompts] for k in keys}
@@ -666,36 +716,3 @@ def _metadata(prompts: list[Prompt]) -> dict[str, list[Any]]:
 def _frozen(a: np.ndarray) -> np.ndarray:
     a.flags.writeable = False
     return a
-
-
-class OrderEnforcingWrapper(wrappers.OrderEnforcingWrapper):
-    """PettingZoo's order enforcing, except that a step after the episode ended raises (as the
-    environment itself does) instead of logging a warning and doing nothing: a loop that steps a
-    finished episode has a bug, and a warning lets it run on and train on nothing."""
-
-    def step(self, action: Any) -> None:
-        if self._has_reset and not self.agents:
-            self.env.step(action)  # RuntimeError: the episode is over, call reset()
-        super().step(action)
-
-
-class _TurnBasedParallel(conversions.turn_based_aec_to_parallel_wrapper):
-    """``turn_based_aec_to_parallel_wrapper`` with a numeric ``active_agent`` under ``numeric_infos``."""
-
-    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
-        observations, infos = super().reset(seed=seed, options=options)
-        return observations, self._numeric_active_agent(infos)
-
-    def step(self, actions: dict) -> tuple:
-        out = super().step(actions)
-        if len(out) != 5:  # stepped after the episode: PettingZoo's ({}, {}, {}, {})
-            return out
-        observations, rewards, terminations, truncations, infos = out
-        return observations, rewards, terminations, truncations, self._numeric_active_agent(infos)
-
-    def _numeric_active_agent(self, infos: dict) -> dict:
-        if not getattr(self.aec_env.unwrapped, "numeric_infos", False):
-            return infos
-        acting = self.aec_env.agent_selection if self.aec_env.agents else None
-        index = np.int64(self.possible_agents.index(acting) if acting is not None else -1)
-        return {agent: {**info, "active_agent": index} for agent, info in infos.items()}

@@ -1,28 +1,42 @@
-"""Prompt templates: how a query (and the pioneer's response) become an agent's context.
+"""Prompt templates: how a query (and the earlier agents' responses) become an agent's context.
 
-A template is a ``str.format`` string with the fields ``{query}`` and ``{response}``
-(the pioneer's decoded response), or any callable ``(query, response) -> str``.
-The pioneer's template may only use ``{query}``: it has not seen a response.
+A template is a ``str.format`` string, or any callable ``(query, response) -> str``. Its fields:
 
-The observer's context is rendered as text and tokenized as a whole, as in the
-CORY authors' code, so it reads like natural text to the model.
+- ``{query}``: the query (every template must use it);
+- ``{response}``: the previous agent's decoded response (for the observer of CORY, the pioneer's);
+- ``{response_1}``, ``{response_2}``, ...: the response of the agent at that chain position
+  (1 is the pioneer), in a chain of more than two agents;
+- ``{responses}``: all earlier responses, in chain order, one per line.
+
+The pioneer's template may only use ``{query}``: it has not seen a response. The template of
+the agent at position ``k`` (1-based) may name the responses ``1 .. k-1``. A callable that takes
+a ``responses`` keyword gets the list of all earlier responses too.
+
+A context is rendered as text and tokenized as a whole, as in the CORY authors' code, so it
+reads like natural text to the model, and in a team of different models each agent's context is
+tokenized by its own tokenizer.
 
 Example:
     >>> render(SENTIMENT_OBSERVER, query="The film", response=" was dull")
     'I can make this sentence "The film was dull" more positive: The film'
+    >>> render("{query} | {response_1} | {response}", "Q", responses=["a", "b"])
+    'Q | a | b'
 """
 
 from __future__ import annotations
 
+import inspect
+import re
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Union
 
 Template = Union[str, Callable[[str, str], str]]
 
 #: The pioneer simply continues the review prefix (the paper's IMDB setting).
 SENTIMENT_PIONEER = "{query}"
-#: The observer prompt of the CORY authors' IMDB code.
+#: The observer prompt of the CORY authors' IMDB code. In a longer chain every later agent
+#: uses it too, with the previous agent's response: each one improves the answer before it.
 SENTIMENT_OBSERVER = 'I can make this sentence "{query}{response}" more positive: {query}'
 
 #: The paper's one-shot exemplar for GSM8K.
@@ -35,31 +49,78 @@ GSM8K_PIONEER = GSM8K_EXEMPLAR + "\nQuestion: {query} Answer:"
 GSM8K_OBSERVER = GSM8K_EXEMPLAR + "\nQuestion: {query} Reference: {response} Answer:"
 
 FIELDS = ("query", "response")
+_NUMBERED = re.compile(r"response_(\d+)$")
 
 
-def check_template(template: Template, *, allow_response: bool, name: str) -> None:
-    """Raise ``ValueError`` if a format-string template uses fields it may not."""
+def fields_of(template: str, name: str = "template") -> list[str]:
+    """The fields a format-string template uses, in order, with repeats."""
+    try:
+        return [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as exc:
+        raise ValueError(f"{name} {template!r} is not a valid format string: {exc}") from exc
+
+
+def check_template(template: Template, *, allow_response: bool = True, name: str, position: int | None = None) -> None:
+    """Raise ``ValueError`` if a format-string template uses fields it may not.
+
+    ``position`` is the agent's 0-based chain position (0: the pioneer); without it,
+    ``allow_response`` says whether the template may use responses at all (the observer of a
+    chain of two, position 1).
+    """
     if callable(template):
         return
     if not isinstance(template, str):
         raise TypeError(f"{name} must be a format string or a callable (query, response) -> str")
-    allowed = FIELDS if allow_response else ("query",)
-    try:
-        used = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
-    except ValueError as exc:
-        raise ValueError(f"{name} {template!r} is not a valid format string: {exc}") from exc
-    unknown = used - set(allowed)
-    if unknown:
-        raise ValueError(
-            f"{name} {template!r} uses unknown field(s) {sorted(unknown)}; "
-            f"allowed: {', '.join('{' + f + '}' for f in allowed)}"
-        )
+    if position is None:
+        position = 1 if allow_response else 0
+    used = fields_of(template, name)
+    allowed = ["{query}"] + (["{response}", "{responses}"] + [f"{{response_{j}}}" for j in range(1, position + 1)]
+                             if position else [])  # fmt: skip
+    for f in used:
+        numbered = _NUMBERED.match(f)
+        if f in ("query",) or (position and (f in ("response", "responses") or (numbered and 1 <= int(numbered[1]) <= position))):
+            continue
+        if numbered:
+            raise ValueError(
+                f"{name} {template!r} names {{{f}}}, the answer of agent {numbered[1]}, which does not exist before "
+                f"agent {position + 1} of the chain (agents 1..{position} have answered); allowed: {', '.join(allowed)}"
+            )
+        raise ValueError(f"{name} {template!r} uses unknown field {{{f}}}; allowed: {', '.join(allowed)}")
     if "query" not in used:
         raise ValueError(f"{name} {template!r} must contain the field {{query}}")
 
 
-def render(template: Template, query: str, response: str = "") -> str:
-    """Fill a template with a query and (for the observer) the pioneer's response."""
+def response_slots(template: Template, position: int) -> int:
+    """How many earlier responses the context of the agent at ``position`` (0-based) can hold: the
+    fields it names (``{responses}`` counts every earlier one); a callable may hold them all."""
     if callable(template):
+        return position
+    count = 0
+    for f in fields_of(template):
+        if f == "responses":
+            count += position
+        elif f == "response" or _NUMBERED.match(f):
+            count += 1
+    return count
+
+
+def render(template: Template, query: str, response: str = "", *, responses: Sequence[str] | None = None) -> str:
+    """Fill a template with a query and the earlier agents' responses (``responses``, in chain
+    order; ``response``, the previous one, defaults to the last of them)."""
+    earlier = list(responses) if responses is not None else ([response] if response else [])
+    if responses is not None and earlier:
+        response = earlier[-1]
+    if callable(template):
+        if earlier and _takes_responses(template):
+            return template(query, response, responses=earlier)
         return template(query, response)
-    return template.format(query=query, response=response)
+    numbered = {f"response_{j}": r for j, r in enumerate(earlier, start=1)}
+    return template.format(query=query, response=response, responses="\n".join(earlier), **numbered)
+
+
+def _takes_responses(template: Callable) -> bool:
+    try:
+        parameters = inspect.signature(template).parameters
+    except (TypeError, ValueError):
+        return False
+    return "responses" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())

@@ -145,10 +145,28 @@ def build_models(
 ) -> tuple[dict[str, torch.nn.Module], dict[str, torch.nn.Module]]:
     """Each learner's frozen reference and trainable causal LM (its factory adds a value head if needed).
 
-    Full fine-tuning copies the model per learner, on the learner's device; learners on
-    the same device share one reference. ``--lora`` puts one adapter per learner on a
-    single shared base whose adapter-free forward is the reference.
+    Learners of the same model (``--model``, or the same entry of ``--models``) are built
+    together: full fine-tuning copies the model per learner, on the learner's device, and
+    learners on the same device share one reference; ``--lora`` puts one adapter per learner
+    on a single shared base whose adapter-free forward is the reference. Each distinct model
+    of a team has its own reference.
     """
+    models = config.agent_models()
+    references: dict[str, torch.nn.Module] = {}
+    lms: dict[str, torch.nn.Module] = {}
+    for model in dict.fromkeys(models[n] for n in names):
+        group = [n for n in names if models[n] == model]
+        refs, trained = _build_models_of(model, config, group, device, devices, dp)
+        references.update(refs)
+        lms.update(trained)
+    return {n: references[n] for n in names}, {n: lms[n] for n in names}
+
+
+def _build_models_of(
+    model: str, config: TrainConfig, names: list[str], device: torch.device, devices: dict[str, torch.device],
+    dp: DataParallel,
+) -> tuple[dict[str, torch.nn.Module], dict[str, torch.nn.Module]]:
+    """The references and trainable LMs of the learners ``names``, which all fine-tune ``model``."""
     kwargs: dict[str, Any] = {}
     if config.load_in_4bit:
         if not config.lora or device.type != "cuda":
@@ -158,7 +176,7 @@ def build_models(
         kwargs["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16
         )
-    base = load_causal_lm(config.model, device=None if config.load_in_4bit else device, **kwargs)
+    base = load_causal_lm(model, device=None if config.load_in_4bit else device, **kwargs)
     disable_dropout_in_model(base)
     base.requires_grad_(False)
     if config.cpu_linear and device.type == "cpu":  # before the copies, which keep the class
@@ -211,6 +229,17 @@ def recompute_activations(model: torch.nn.Module, on: bool) -> None:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     else:
         model.activation_checkpointing_disable()
+
+
+def check_context_length(context_length: int, policies: dict[str, torch.nn.Module]) -> None:
+    """Each learner's model must hold ``--context-length`` positions (its ``max_position_embeddings``)."""
+    for name, policy in policies.items():
+        window = getattr(getattr(policy, "config", None), "max_position_embeddings", None)
+        if isinstance(window, int) and context_length > window:
+            raise ValueError(
+                f"--context-length {context_length} does not fit {name}'s model ({getattr(policy.config, 'name_or_path', '')}), "
+                f"whose window is {window} positions: lower --context-length to {window} or less, or shorten the prompts"
+            )
 
 
 def check_group_size(batch_size: int, group_size: int, learner: str) -> None:

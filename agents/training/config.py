@@ -10,6 +10,7 @@ when the :class:`~agents.training.trainer.Trainer` is built (:meth:`TrainConfig.
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from collections.abc import Iterable
 from pathlib import Path
@@ -53,11 +54,13 @@ class TrainConfig:
     prompt_source: str = flag("auto", "where the task's prompts come from: auto, or sentiment: imdb, rotten_tomatoes; gsm8k: gsm8k, gsm_symbolic")
     review_source: str = flag("auto", "sentiment prompts: auto, imdb or rotten_tomatoes (used when --prompt-source is auto)")
     pioneer_template: str = flag("", "pioneer prompt, a format string with {query} (empty: the task's)")
-    observer_template: str = flag("", "observer prompt, a format string with {query} and {response} (empty: the task's)")
+    observer_template: str = flag("", "observer prompt, a format string with {query} and {response} (empty: the task's); in a chain of --num-agents N > 2, every later agent's, {response} the previous answer")
+    templates: str = flag("", "a chain's templates, one per agent, as a JSON list (e.g. '[\"{query}\", \"{query}{response}\", \"{query}{responses}\"]': {response_k} is agent k's answer, {responses} all earlier ones); overrides --pioneer-template and --observer-template")
     reward: str = flag("", "reward (empty: the task's: vader, gsm8k): a registered name, package.module:function, or a Hub text-classification model (raw logit of its positive label)")
 
     # --- Model: what is fine-tuned, and where
     model: str = flag(EMBEDDED_MODEL, "model name or path (Hub name, local folder, or the embedded smollm2-135m)")
+    models: str = flag("", "a team of different models: one per agent, comma-separated, llm_0 first (e.g. smollm2-135m,gpt2-large); each has its own tokenizer and frozen reference (empty: --model for every agent)")
     lora: bool = flag(False, "train LoRA adapters on one shared frozen base (the reference is the base itself)")
     lora_r: int = flag(16, "LoRA rank")
     lora_alpha: int = flag(32, "LoRA alpha")
@@ -68,7 +71,8 @@ class TrainConfig:
     learner_devices: str = flag("", "one device per learner, comma-separated (e.g. cuda:0,cuda:1: llm_0 and llm_1, each with its own reference copy); single process, full fine-tuning")
 
     # --- Algorithm: CORY or PPO, the learners and their hyperparameters
-    algo: str = flag("cory", "cory: two learners, collective reward, role exchange; ppo: single-agent baseline", choices=list(ALGOS))
+    algo: str = flag("cory", "cory: a chain of learners (two, or --num-agents), collective reward, role exchange; ppo: single-agent baseline", choices=list(ALGOS))
+    num_agents: int | None = flag(None, "CORY: agents in the chain (default 2, the paper's pioneer and observer; or the length of --models); each is a learner, llm_0 ... llm_{N-1}, and they rotate through the positions every --role-exchange-period iterations")
     learner: str = flag("ppo", "learning algorithm of each agent: ppo (value head, GAE); grpo or rloo (critic-free, --group-size responses per prompt)", choices=LEARNERS.keys())
     group_size: int = flag(4, "grpo/rloo: responses per prompt, consecutive in the batch (--batch-size must be a multiple); ppo ignores it")
     iterations: int = flag(45, "training iterations (one batched episode each)")
@@ -135,8 +139,58 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        if self.num_agents is not None and (isinstance(self.num_agents, bool) or self.num_agents < 1):
+            raise ValueError(f"--num-agents must be at least 1, got {self.num_agents}")
+        if self.algo == "ppo" and (self.num_agents or 1) > 1:
+            raise ValueError(f"--algo ppo trains one agent, the pioneer alone; --num-agents {self.num_agents} needs --algo cory")
+        models = self.model_list()
+        if models and self.algo == "ppo" and len(models) > 1:
+            raise ValueError(f"--algo ppo trains one agent, but --models lists {len(models)}: give one, or use --model")
+        if models and self.algo == "cory" and self.num_agents is not None and len(models) != self.num_agents:
+            raise ValueError(
+                f"--models lists {len(models)} model(s) ({', '.join(models)}) for --num-agents {self.num_agents}: give one "
+                f"per agent, llm_0 first, or drop --num-agents (it follows the list)"
+            )
+        if self.templates:
+            self.template_list()  # a bad list fails now
         if self.value_lr < 0:
             raise ValueError(f"--value-lr must be positive (or 0: the same as --lr), got {self.value_lr}")
+
+    def model_list(self) -> list[str]:
+        """``--models`` as a list (empty without it)."""
+        return [m.strip() for m in self.models.split(",") if m.strip()]
+
+    def chain_length(self) -> int:
+        """Agents in the chain: 1 for PPO; CORY's ``--num-agents``, or the length of ``--models``, or 2."""
+        if self.algo == "ppo":
+            return 1
+        return self.num_agents or len(self.model_list()) or 2
+
+    def learner_names(self) -> list[str]:
+        """The learners: CORY's ``llm_0`` ... ``llm_{N-1}``, PPO's ``pioneer``."""
+        return [f"llm_{i}" for i in range(self.chain_length())] if self.algo == "cory" else ["pioneer"]
+
+    def agent_models(self) -> dict[str, str]:
+        """Each learner's model: ``--models`` in order, or ``--model`` for all."""
+        models = self.model_list() or [self.model]
+        names = self.learner_names()
+        return dict(zip(names, models if len(models) == len(names) else models[:1] * len(names)))
+
+    def template_list(self) -> list[str] | None:
+        """``--templates`` as a list of strings, one per agent (``None`` without it)."""
+        if not self.templates:
+            return None
+        try:
+            templates = json.loads(self.templates)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--templates must be a JSON list of strings, one per agent, got {self.templates!r}: {exc}") from exc
+        if not isinstance(templates, list) or not all(isinstance(t, str) for t in templates):
+            raise ValueError(f"--templates must be a JSON list of strings, one per agent, got {self.templates!r}")
+        if len(templates) != self.chain_length():
+            raise ValueError(
+                f"--templates lists {len(templates)} template(s) for a chain of {self.chain_length()} agent(s): give one per agent"
+            )
+        return templates
 
     def check_batch(self) -> None:
         """The batch's shape, once presets and the task's defaults are in: minibatches and groups divide it."""

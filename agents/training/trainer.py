@@ -1,10 +1,11 @@
-"""Training loop: CORY (two learners) or single-agent PPO, driven through the environment.
+"""Training loop: CORY (a chain of learners, two by default) or single-agent PPO, driven through the environment.
 
-CORY plays ``RoleExchangeWrapper(CollectiveRewardWrapper(env))``: learners ``llm_0`` and
-``llm_1`` are persistent objects, so a role exchange keeps each one's weights, optimizer
-state, value head, KL controller and score statistics (the authors' code rebuilt its
-trainers from disk every exchange, losing all but the weights). PPO plays the same
-environment with the pioneer alone and its own task reward.
+CORY plays ``RoleExchangeWrapper(CollectiveRewardWrapper(env))``: learners ``llm_0``,
+``llm_1`` (... ``llm_{N-1}`` with ``--num-agents N``) are persistent objects, so a role
+exchange keeps each one's weights, optimizer state, value head, KL controller and score
+statistics (the authors' code rebuilt its trainers from disk every exchange, losing all but
+the weights). With ``--models`` each learner is its own model, with its own tokenizer and
+frozen reference. PPO plays the same environment with the pioneer alone and its own task reward.
 
 Each iteration: one batched episode (the rollout), then an update per learner. A learner
 is built by the factory ``LEARNERS[config.learner]`` (``--learner ppo|grpo|rloo``); any
@@ -36,6 +37,7 @@ from agents.speed.host_memory import retain_freed_memory
 from agents.training.build import (
     LEARNERS,
     build_models,
+    check_context_length,
     check_group_size,
     check_sharded,
     emulated_bfloat16,
@@ -78,7 +80,7 @@ __all__ = [  # the config and the builders moved to agents.training.config and .
 
 logger = logging.getLogger(__name__)
 
-ROLE_IDS = {"pioneer": 0, "observer": 1}
+ROLE_IDS = {"pioneer": 0, "observer": 1}  # a chain of two; a longer chain's are its positions
 
 
 class Trainer:
@@ -96,6 +98,8 @@ class Trainer:
         self.config = config = with_task_defaults(config, self.task)
         if config.mini_batch_size is None:  # it follows the batch size unless given
             self.config = config = dataclasses.replace(config, mini_batch_size=default_mini_batch_size(config.batch_size))
+        if config.num_agents is None and config.algo == "cory":  # 2, or the length of --models
+            self.config = config = dataclasses.replace(config, num_agents=config.chain_length())
         config.check_batch()  # bad values fail now, not after loading the models
         # An unknown or uninstalled tracker fails now; the config keeps the trackers it resolved to.
         trackers = resolve_report_to(config.report_to, config.tensorboard)
@@ -118,7 +122,7 @@ class Trainer:
             )
         if dp.bf16 and not config.bf16:
             self.config = config = dataclasses.replace(config, bf16=True)
-        names = ["llm_0", "llm_1"] if config.algo == "cory" else ["pioneer"]
+        names = config.learner_names()
         self.device, learner_devices = select_devices(config, names, dp)
         if config.retain_freed_memory and any(d.type == "cpu" for d in learner_devices.values()):
             retain_freed_memory()
@@ -127,12 +131,16 @@ class Trainer:
                            "than float32 (docs/benchmarks.md). Drop --bf16 on this machine", slow)  # fmt: skip
         seed_everything(config.seed)  # the same on every process: the initial weights must be equal
         self.out = Path(config.out)
-        tokenizer = load_tokenizer(config.model)
+        models = config.agent_models()  # each learner's model; a team of different models has a tokenizer each
+        loaded = {m: load_tokenizer(m) for m in dict.fromkeys(models.values())}
+        self.tokenizers = {n: loaded[models[n]] for n in names}
+        tokenizer = self.tokenizers[names[0]]
         # The task's data and reward before the models: a bad --task-file or --reward fails fast.
         if prompts is None:
             prompts = self.task.prompts(tokenizer, split="train", seed=config.seed, source=prompt_source_name(config))
         reward = get_reward(reward_fn if reward_fn is not None else config.reward, self.device)
         references, policies = build_models(config, names, self.device, learner_devices, dp)
+        check_context_length(config.context_length, policies)  # each model's window holds the context
         self.policies = policies  # what the learners act with (gathered whole for a rollout), by learner
         self.tokenizer = tokenizer
         sampling = dict(do_sample=True, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)
@@ -159,16 +167,17 @@ class Trainer:
             prompts = repeat_each(prompts, group_size)
 
         base = env(
-            tokenizer=tokenizer,
+            tokenizer=tokenizer if len(loaded) == 1 else [self.tokenizers[n] for n in names],
             prompts=prompts,
             reward_fn=reward,
             pioneer_template=config.pioneer_template or self.task.pioneer_template,
             observer_template=config.observer_template or self.task.observer_template,
+            templates=config.template_list(),
+            num_agents=len(names),
             num_conversations=config.batch_size,
             max_new_tokens=(config.min_new_tokens, config.max_new_tokens),
             context_length=config.context_length,
             knowledge_transfer=not config.no_knowledge_transfer,
-            with_observer=config.algo == "cory",
         )
         base.check_prompts()  # a prompt too long for --context-length fails now, not at the episode that draws it
         self.game = base
@@ -272,7 +281,7 @@ class Trainer:
             with self._recomputing(name, info["role"]):
                 stats = self.learners[name].learn(episode)
             metrics.update({f"{name}/{k}": v for k, v in stats.items()})
-            metrics[f"{name}/role"] = ROLE_IDS[info["role"]]
+            metrics[f"{name}/role"] = self.game.unwrapped.possible_agents.index(info["role"])
             for b in range(min(self.config.samples_per_iteration, len(info["query"]))):
                 samples.append(dict(learner=name, role=info["role"], query=info["query"][b],
                                     response=info["response"][b], task_reward=float(info["task_reward"][b]),
@@ -291,7 +300,7 @@ class Trainer:
         """``--gradient-checkpointing-observer``: recompute activations while the observer learns
         (with ``--gradient-checkpointing`` they are recomputed in every update already)."""
         c = self.config
-        if not (c.gradient_checkpointing_observer and role == "observer") or c.gradient_checkpointing:
+        if not (c.gradient_checkpointing_observer and role != "pioneer") or c.gradient_checkpointing:
             yield
             return
         layers = hugging_face_model(self.learners[name].model)  # under LoRA: the shared base
@@ -378,7 +387,7 @@ class Trainer:
         calls it (under FSDP it gathers the weights); only the main one writes. Returns the paths."""
         folder = self.out / MODEL_DIR if folder is None else Path(folder)
         dp = self.data_parallel
-        return save_policies(self.policies, self.tokenizer, folder, sharded=dp.sharded, main=dp.is_main_process)
+        return save_policies(self.policies, self.tokenizers, folder, sharded=dp.sharded, main=dp.is_main_process)
 
 
 def _announce_stop(name: str) -> None:

@@ -1,12 +1,14 @@
-"""Role exchange: two stable learners take turns at being the pioneer.
+"""Role exchange: stable learners take turns at the chain's positions.
 
 CORY swaps the pioneer and observer models every ``T_REx`` iterations so that each
 learns both prompt formats and either can answer alone at test time. This wrapper
-renames the agents to two learners, ``llm_0`` and ``llm_1``, and swaps which one plays
-the pioneer every ``period`` played episodes (in the batched form one episode is one
-training iteration). An episode counts once it is played: when its last turn ends. A
-``reset`` with no episode played since the previous one (TorchRL, Tianshou and the
-PettingZoo API tests reset while they check an environment) does not move the schedule.
+renames the agents to learners, ``llm_0``, ``llm_1``, ... (one per chain position), and
+rotates them through the positions every ``period`` played episodes: in a chain of two a
+swap, in a chain of ``N`` a rotation, position ``k`` played by ``llm_{(k + r) % N}`` in
+the ``r``-th period (in the batched form one episode is one training iteration). An
+episode counts once it is played: when its last turn ends. A ``reset`` with no episode
+played since the previous one (TorchRL, Tianshou and the PettingZoo API tests reset while
+they check an environment) does not move the schedule.
 
 Example:
     >>> from cory_env import env, RoleExchangeWrapper
@@ -23,8 +25,10 @@ Example:
     {'llm_1': 'pioneer', 'llm_0': 'observer'}
 
 A learner's current role is ``infos[learner]["role"]`` and ``observation["role"]``
-(0 pioneer, 1 observer). To resume a run, set :attr:`episodes` (episodes played so far)
-before the next ``reset``.
+(its chain position: 0 pioneer, 1 the first observer, ...). In a team of different models
+(the environment's ``heterogeneous``) each learner keeps its own model's tokens and spaces
+wherever it sits: the wrapper seats its speaker there (``reset(options={"seating": ...})``).
+To resume a run, set :attr:`episodes` (episodes played so far) before the next ``reset``.
 """
 
 from __future__ import annotations
@@ -35,14 +39,19 @@ from typing import Any
 from pettingzoo import AECEnv
 from pettingzoo.utils.wrappers import BaseWrapper
 
-LEARNERS = ("llm_0", "llm_1")
+LEARNERS = ("llm_0", "llm_1")  # a chain of two; learner_names(n) for any
+
+
+def learner_names(n: int) -> tuple[str, ...]:
+    """The learners of a chain of ``n``: ``llm_0`` ... ``llm_{n-1}``."""
+    return tuple(f"llm_{i}" for i in range(n))
 
 
 class RoleExchangeWrapper(BaseWrapper):
-    """Present the two roles as two learners whose roles swap every ``period`` episodes.
+    """Present the chain's positions as learners that rotate through them every ``period`` episodes.
 
     Args:
-        env: the pioneer/observer environment (possibly already wrapped).
+        env: the chain environment (possibly already wrapped), of two or more agents.
         period: episodes between exchanges (the paper: 5 iterations); ``None`` never
             exchanges (the paper's "no role exchange" ablation, with the same names).
 
@@ -55,33 +64,51 @@ class RoleExchangeWrapper(BaseWrapper):
         if period is not None and (isinstance(period, bool) or not isinstance(period, int) or period < 1):
             raise ValueError(f"period must be a positive number of episodes or None, got {period!r}")
         roles = list(self.env.possible_agents)
-        if len(roles) != 2:
-            raise ValueError(f"role exchange needs exactly two roles, the environment has {roles}")
+        if len(roles) < 2:
+            raise ValueError(f"role exchange needs two or more roles, the environment has {roles}")
         self._roles = roles
         self.period = period
-        self.possible_agents = list(LEARNERS)
+        self.possible_agents = list(learner_names(len(roles)))
         #: Episodes played so far (their last turn ended); the roles of the episode started by
         #: the next reset follow from it.
         self.episodes = 0
         self._counted = True  # no episode under way: nothing to count until a reset starts one
-        self._to_role = dict(zip(LEARNERS, roles))
-        self._to_learner = dict(zip(roles, LEARNERS))
-        # A learner keeps its spaces whatever its role, so both roles must share them.
-        for space in (env.observation_space, env.action_space):
-            if space(roles[0]) != space(roles[1]):
-                raise ValueError("role exchange needs both roles to have the same observation and action spaces")
-        self._observation_spaces = {a: copy.deepcopy(env.observation_space(roles[0])) for a in LEARNERS}
-        self._action_spaces = {a: copy.deepcopy(env.action_space(roles[0])) for a in LEARNERS}
+        self._to_role = dict(zip(self.possible_agents, roles))
+        self._to_learner = dict(zip(roles, self.possible_agents))
+        base = self.env.unwrapped
+        # A team of different models: learner i speaks agent i's tokens wherever it sits, so the
+        # environment seats its speaker at its position. Otherwise every role has the same spaces.
+        self._seats = bool(getattr(base, "heterogeneous", False))
+        if self._seats:
+            spaces = [base.agent_spaces[i] for i in range(len(roles))]
+        else:
+            for space in (env.observation_space, env.action_space):
+                if any(space(r) != space(roles[0]) for r in roles[1:]):
+                    raise ValueError("role exchange needs every role to have the same observation and action spaces")
+            spaces = [(env.observation_space(roles[0]), env.action_space(roles[0]))] * len(roles)
+        self._observation_spaces = {a: copy.deepcopy(s[0]) for a, s in zip(self.possible_agents, spaces)}
+        self._action_spaces = {a: copy.deepcopy(s[1]) for a, s in zip(self.possible_agents, spaces)}
+
+    def rotation(self, episode: int) -> int:
+        """How many places the learners have moved along the chain in (0-based) ``episode``."""
+        return 0 if self.period is None else (episode // self.period) % len(self._roles)
+
+    def seating(self, episode: int) -> list[int]:
+        """The learner (its index) at each chain position in (0-based) ``episode``."""
+        n, r = len(self._roles), self.rotation(episode)
+        return [(k + r) % n for k in range(n)]
 
     def exchanged(self, episode: int) -> bool:
-        """Whether ``llm_0`` plays the second role in (0-based) ``episode``."""
-        return self.period is not None and (episode // self.period) % 2 == 1
+        """Whether ``llm_0`` plays another role than the pioneer in (0-based) ``episode``."""
+        return self.rotation(episode) != 0
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
-        first, second = LEARNERS[::-1] if self.exchanged(self.episodes) else LEARNERS
-        self._to_role = {first: self._roles[0], second: self._roles[1]}
+        seating = self.seating(self.episodes)
+        self._to_role = {self.possible_agents[i]: role for i, role in zip(seating, self._roles)}
         self._to_learner = {r: learner for learner, r in self._to_role.items()}
         self._counted = False
+        if self._seats:
+            options = {**(options or {}), "seating": seating}
         self.env.reset(seed=seed, options=options)
 
     def step(self, action: Any) -> None:

@@ -1,0 +1,18 @@
+"""PettingZoo's order enforcing, stricter about stepping a finished episode."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pettingzoo.utils import wrappers
+
+
+class OrderEnforcingWrapper(wrappers.OrderEnforcingWrapper):
+    """PettingZoo's order enforcing, except that a step after the episode ended raises (as the
+    environment itself does) instead of logging a warning and doing nothing: a loop that steps a
+    finished episode has a bug, and a warning lets it run on and train on nothing."""
+
+    def step(self, action: Any) -> None:
+        if self._has_reset and not self.agents:
+            self.env.step(action)  # RuntimeError: the episode is over, call reset()
+        super().step(action)
