@@ -297,11 +297,13 @@ def evaluate_learners(
     **generation: Any,
 ) -> dict[str, dict[str, Any]]:
     """Each learner answers every prompt ``samples_per_prompt`` times (same prompts and seed for
-    all learners); ``generation`` goes to :func:`sample_answers`. Returns learner -> :func:`summarize`."""
+    all learners); ``generation`` goes to :func:`sample_answers`. ``tokenizer`` is every learner's,
+    or a dict of each learner's own (a team of different models). Returns learner -> :func:`summarize`."""
     repeated = [p for p in prompts for _ in range(samples_per_prompt)]
     results = {}
     for name, learner in learners.items():
-        records = sample_answers(learner, tokenizer, repeated, reward_fn, progress=progress, desc=name, **generation)
+        own = tokenizer[name] if isinstance(tokenizer, dict) else tokenizer
+        records = sample_answers(learner, own, repeated, reward_fn, progress=progress, desc=name, **generation)
         results[name] = summarize(records, samples_per_prompt=samples_per_prompt, kl_coef=learner.kl_ctl.value,
                                   pass_threshold=pass_threshold)  # fmt: skip
     return results
@@ -328,7 +330,7 @@ def evaluate(config: EvalConfig, *, progress: bool = True, write: bool = True) -
         trainer = policy_from_model(config.model, reward_fn=reward_fn, device=config.device)
         out = Path(config.out or "evaluation.json")
     learners = _chosen_learners(trainer.learners, config.learner)
-    tokenizer = trainer.game.unwrapped.tokenizer
+    tokenizer = trainer.game.unwrapped.tokenizer  # the first learner's: it selects the prompts
     if task != run.task:  # another task than the run was trained on: that task's own prompts and template
         run = dataclasses.replace(run, task=task, task_file="", pioneer_template="", prompt_source="auto")
     source = config.source or prompt_source_name(run)
@@ -337,7 +339,7 @@ def evaluate(config: EvalConfig, *, progress: bool = True, write: bool = True) -
     threshold = config.pass_threshold if config.pass_threshold is not None else (1.0 if task == "gsm8k" else None)
     max_new_tokens = config.max_new_tokens or run.max_new_tokens
     results = evaluate_learners(
-        learners, tokenizer, prompts, reward_fn, samples_per_prompt=config.samples_per_prompt,
+        learners, trainer.tokenizers, prompts, reward_fn, samples_per_prompt=config.samples_per_prompt,
         pass_threshold=threshold, progress=progress, max_new_tokens=max_new_tokens,
         context_length=config.context_length or run.context_length, pioneer_template=pioneer_template,
         batch_size=config.batch_size, seed=config.seed,

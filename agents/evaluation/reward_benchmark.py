@@ -6,7 +6,8 @@
 
 Every flag of examples/train_cory.py (--model, --batch-size, --kl-coef, --lora, ...) applies
 to every run, except those the benchmark sets per run (--algo, --seed, --out, --resume,
---overwrite). What --out holds:
+--overwrite); --num-agents and --models shape CORY's team, and PPO trains the first agent's
+model alone. What --out holds:
 
     benchmark.json                      the settings (--resume checks they did not change)
     ppo/seed0/, cory/seed0/, ...        one ordinary training run each (metrics.csv, samples.jsonl,
@@ -147,6 +148,15 @@ def _evaluation_is_current(path: Path, config: EvalConfig, iterations: int) -> b
     return done.get("settings") == dataclasses.asdict(config) and done["policy"].get("iterations_trained") == iterations
 
 
+def for_algo(train: TrainConfig, algo: str) -> dict[str, Any]:
+    """The settings of ``algo``'s runs: ``--num-agents`` and ``--models`` shape CORY's team; PPO, the
+    baseline, trains the first agent's model alone."""
+    if algo != "ppo":
+        return {"algo": algo}
+    models = train.model_list()
+    return {"algo": algo, "num_agents": None, "models": "", "model": models[0] if models else train.model}
+
+
 def run_benchmark(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
     """Train and evaluate every (seed, algorithm) run not done yet, then write the report.
 
@@ -163,7 +173,7 @@ def run_benchmark(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
     for seed, algo in runs:
         folder = run_dir(out, algo, seed)
         bar.set_postfix_str(f"{algo} seed {seed}")
-        config = dataclasses.replace(train, algo=algo, seed=seed, out=str(folder), resume=True, overwrite=False)
+        config = dataclasses.replace(train, **for_algo(train, algo), seed=seed, out=str(folder), resume=True, overwrite=False)
         if completed_iterations(folder) < config.iterations:
             trainer = Trainer(config)
             trainer.train(progress=bench.progress)
