@@ -24,6 +24,8 @@ memory is at most 1.3x PPO's; our CORY needs at most 40% of the authors' CORY ti
                                                    # activations in the observer's update only
     python benchmarks/iteration.py --learner grpo --no-lora --padding-free-ablation   # GRPO learners
                                                    # (--group-size 4 responses per prompt); --task gsm8k
+    python benchmarks/iteration.py --no-lora --chain-lengths 3,4   # also CORY chains of 3 and 4 agents
+                                                   # (--num-agents; docs/teams.md)
 """
 
 from __future__ import annotations
@@ -172,6 +174,8 @@ def main() -> None:
                    help="also run CORY with plain nn.Linear layers (no agents.speed.cpu_linear layouts)")
     p.add_argument("--padding-free-ablation", action="store_true",
                    help="also run CORY with padded scoring and training passes (no agents.speed.padding_free)")
+    p.add_argument("--chain-lengths", default="", help="also run CORY chains of these lengths, comma-separated "
+                   "(--num-agents; 2 is plain CORY): e.g. 3,4")
     p.add_argument("--model", default="smollm2-135m", help="model name or path")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--plot", default="", help="also write a PNG of the results here (seconds split into the "
@@ -194,6 +198,12 @@ def main() -> None:
     configs = {algo: dict(common, algo=algo, **cory_only.get(algo, {})) for algo in ("ppo", "cory") if not args.lora_only}
     ablations = [ABLATIONS[flag] for flag in ABLATIONS if getattr(args, flag) and not args.lora_only]
     configs |= {name: dict(common, algo="cory", **cory_only.get("cory", {}), **changes) for name, changes in ablations}
+    chains = [int(n) for n in args.chain_lengths.split(",") if n.strip()]
+    if any(n < 3 for n in chains):
+        p.error("--chain-lengths: give chains of 3 or more agents (2 is plain CORY, always run)")
+    if chains and args.lora_only:
+        p.error("--chain-lengths compares full fine-tuning runs: drop --lora-only")
+    configs |= {f"cory, {n} agents": dict(common, algo="cory", num_agents=n, **cory_only.get("cory", {})) for n in chains}
     if not args.no_lora:
         configs |= {f"{a}+lora": dict(common, algo=a, lora=True, **cory_only.get(a, {})) for a in ("ppo", "cory")}
     # Round by round, every configuration once: the machine's speed drifts by several percent over
@@ -230,6 +240,11 @@ def main() -> None:
             print("(the authors' figures were measured at the default settings only: no comparison)")
     for name, _ in ablations:
         print(f"CORY / {name}: {paired(results, 'cory', name)} time, {m['cory'] / m[name]:.2f}x peak memory")
+    for n in chains:
+        name = f"cory, {n} agents"
+        print(f"CORY of {n} / CORY of 2 agents:               {paired(results, name, 'cory')} time, "
+              f"{m[name] / m['cory']:.2f}x peak memory; / PPO: {paired(results, name, 'ppo')} time, "
+              f"{m[name] / m['ppo']:.2f}x peak memory")
     if not args.no_lora:
         print(f"CORY / PPO time (LoRA shared base):        {paired(results, 'cory+lora', 'ppo+lora')}")
         print(f"CORY+LoRA peak / PPO+LoRA peak:            {m['cory+lora'] / m['ppo+lora']:.2f}x  (target <= 1.3x)")

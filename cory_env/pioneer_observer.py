@@ -1,21 +1,36 @@
 """# Pioneer → Observer
 
-Text generation as a sequential two-agent game (CORY, Ma et al., NeurIPS 2024).
+Text generation as a sequential game of a chain of agents (CORY, Ma et al., NeurIPS 2024: two).
 
 | Import               | `from cory_env import env` or `pettingzoo.make("aec", "cory/PioneerObserver-v0")` |
 |----------------------|-----------------------------------------------------------------------------------|
 | Parallel API         | `cory_env.parallel_env(...)`, `cory_env.to_parallel(aec)` (PettingZoo's turn-based) |
 | Actions              | Discrete (one token id); MultiDiscrete (one per conversation) in the batched form |
-| Agents               | `agents = ["pioneer", "observer"]`                                                |
+| Agents               | `["pioneer", "observer"]`; `num_agents=N`: `["pioneer", "observer_1", ...]`        |
 | Action shape         | `()`, or `(B,)` with `num_conversations=B`                                          |
-| Action values        | token ids in `[0, vocab_size)`                                                     |
+| Action values        | token ids in `[0, vocab_size)` (each agent's own vocabulary in a team of models)   |
 | Observation shape    | Dict of Box: `input_ids`, `attention_mask` `(L,)` or `(B, L)`; scalars `(1,)`      |
-| Rewards              | task rewards of both responses, at the end of the episode                        |
+| Rewards              | each agent's task reward of its response, at the end of the episode              |
 
 The **pioneer** answers the query; the **observer** answers the same query with the
 pioneer's answer in its prompt (knowledge transfer). One `step` is one token. A turn
 ends at a stop token (EOS) or after `max_new_tokens`; the episode ends after the
 observer's turn, and then both agents are terminated (step them with `None`, as usual).
+
+### Chains of N agents, teams of different models
+
+With `num_agents=N` agent `k` answers the query with the earlier answers in its prompt: its
+template (`templates`, one per agent, or `observer_template` for every later agent) names them
+as `{response}` (the previous agent's), `{response_1}` ... `{response_{k-1}}` or `{responses}`
+(all, one per line; :mod:`cory_env.templates`). The default chain has each agent improve the
+answer before it. A template naming an answer that does not exist at its position fails when
+the environment is made.
+
+`tokenizer` may be a list, one per agent: a team of different models. Each agent's context is
+then rendered from the earlier agents' decoded text and tokenized with its own tokenizer, and
+its action space is its own vocabulary (`speaker(agent)`, `tokenizers`, `heterogeneous`); one
+shared tokenizer is the fast path. :class:`~cory_env.RoleExchangeWrapper` rotates learners
+through the positions and seats each one's tokenizer with it.
 
 ### Batched form
 
@@ -37,7 +52,7 @@ conversation's turn is over.
 |                  |                  | over this turn already holds; 0 at the start of a turn      |
 | `num_new_tokens` | `(1,)`           | trailing columns new since the agent's previous step: the   |
 |                  |                  | whole prompt at the start of a turn, then 1                  |
-| `role`           | `(1,)`           | 0 for pioneer, 1 for observer                               |
+| `role`           | `(1,)`           | the chain position: 0 for pioneer, 1 for observer, ...      |
 
 A policy with a KV cache therefore feeds `input_ids[..., -num_new_tokens:]` with the
 mask `attention_mask[..., -(past_length + num_new_tokens):]`, and starts a fresh
@@ -77,7 +92,7 @@ numeric keys, with the same shapes, at every step. `numeric_infos=True` gives th
 
 | key               | shape       | value                                                          |
 |-------------------|-------------|----------------------------------------------------------------|
-| `role`            | `()`        | 0 for pioneer, 1 for observer (int64)                          |
+| `role`            | `()`        | the chain position: 0 for pioneer, 1 for observer (int64)      |
 | `response_length` | `()`/`(B,)` | tokens of the agent's response; 0 until its turn ends (int64)  |
 | `task_reward`     | `()`/`(B,)` | its own score; 0 until its turn ends (float64)                 |
 | `reward`          | `()`/`(B,)` | what it receives, per conversation; 0 until the episode ends   |
@@ -95,20 +110,25 @@ Read it as `env.unwrapped.last_transcript` through wrappers. :func:`parallel_env
 ``PioneerObserverEnv(tokenizer=None, prompts=None, reward_fn=None, *, num_conversations=None,
 max_new_tokens=16, context_length=256, pioneer_template="{query}",
 observer_template=SENTIMENT_OBSERVER, knowledge_transfer=True, with_observer=True,
-stop_token_ids=None, vocab_size=None, numeric_infos=False, render_mode=None)``
+num_agents=None, templates=None, stop_token_ids=None, vocab_size=None, numeric_infos=False,
+render_mode=None)``
 
-- `tokenizer`: a Hugging Face tokenizer; `None` loads the embedded default's (`smollm2-135m`).
+- `tokenizer`: a Hugging Face tokenizer, or a list of one per agent (a team of different
+  models); `None` loads the embedded default's (`smollm2-135m`).
 - `prompts`: a :class:`~cory_env.prompts.PromptSource` or a list of strings; `None`
   gives movie-review prefixes (IMDB when available, Rotten Tomatoes offline).
 - `reward_fn`: batched reward function; `None` gives VADER sentiment.
 - `num_conversations`: `None` for the single form, `B` for the batched form.
 - `max_new_tokens`: int, or `(low, high)` to sample the limit per episode (paper: 4-15).
 - `context_length`: observation width `L`; each prompt plus `max_new_tokens` must fit.
-- `pioneer_template`, `observer_template`: see :mod:`cory_env.templates`.
-- `knowledge_transfer`: `False` gives the observer the pioneer's prompt (the paper's ablation).
+- `pioneer_template`, `observer_template`: see :mod:`cory_env.templates`; in a longer chain
+  every later agent uses `observer_template`.
+- `knowledge_transfer`: `False` gives every later agent the pioneer's prompt (the paper's ablation).
 - `with_observer`: `False` leaves the pioneer alone (single-agent PPO, the paper's baseline).
-- `stop_token_ids`: tokens that end a turn; default: the tokenizer's EOS.
-- `vocab_size`: action-space size; default `len(tokenizer)`.
+- `num_agents`: agents in the chain (default 2, or 1 without the observer).
+- `templates`: one template per agent (overrides `pioneer_template` and `observer_template`).
+- `stop_token_ids`: tokens that end a turn; default: the tokenizer's EOS (each agent's own).
+- `vocab_size`: action-space size; default `len(tokenizer)`. Both also take one value per agent.
 - `numeric_infos`: `True` gives infos with fixed numeric keys from `reset` on (see above).
 
 ### Bad input
@@ -117,7 +137,9 @@ Token ids that are not integers, or are out of range, raise with the offending i
 client whose policy returns floats, as Tianshou's `RandomActionPolicy` does, casts first:
 `int(action)`, or `np.asarray(actions).astype(np.int64)` in the batched form); a
 non-`None` action for a terminated agent, or a step after the episode ended, raises
-and says to `reset()`; a prompt that does not fit the context raises
+and says to `reset()`; a template naming an answer not there yet at its position, or a
+list of tokenizers that is not one per agent, raises when the environment is made; a
+prompt that does not fit the context (with the earlier answers its template names) raises
 :class:`PromptTooLongError`; a reward function that raises or returns a wrong number of
 values or non-finite values raises :class:`~cory_env.rewards.RewardFunctionError`.
 """

@@ -406,8 +406,8 @@ def test_clipping_inside_the_fused_optimizer_step_equals_clip_grad_norm(toy_mode
     weights, grad_norms = {}, {}
     for in_step in (True, False):
         learner, episode = toy_ppo_learner(toy_model, config)
-        assert learner._clip_in_step  # a CPU model in float32: the fused kernel
-        learner._clip_in_step = in_step
+        assert learner.steps.clip_in_step  # a CPU model in float32: the fused kernel
+        learner.steps.clip_in_step = in_step
         grad_norms[in_step] = learner.learn(episode).get("grad_norm")
         weights[in_step] = learner.trainable_state_dict()
     initial = load_causal_lm(str(toy_model)).state_dict()

@@ -14,7 +14,7 @@ def zero_worker(rank: int, port: int, model: str, results: str, pythonpath: str)
     trainer = one_iteration(model, results)
     out: dict = {}
     for name, learner in trainer.learners.items():
-        engine = learner._engine
+        engine = learner.steps.engine
         inner = engine.optimizer.optimizer  # torch's AdamW over this process's float32 partition
         out[name] = dict(
             engine=type(engine).__name__,

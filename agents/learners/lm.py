@@ -8,16 +8,14 @@ A subclass passes its policy module and the causal LM inside it that acts, and i
 * ``act``: one incremental forward pass per token step (:class:`~agents.acting.actor.LMActor`,
   KV cache), sampling with this learner's own generator;
 * ``optimizer``: AdamW over the trainable weights only (a LoRA adapter and not its shared
-  base), the fused kernel where the device has it; :meth:`_optimizer_step` averages the
-  gradients over the processes of a data-parallel run, clips and steps; a subclass's ``learn``
-  calls :meth:`_backward` for each (accumulation-scaled) loss and :meth:`_optimizer_step` at
-  each accumulation boundary, which under DeepSpeed ZeRO-1/2 go through this learner's own
-  engine (:mod:`agents.distributed.zero`); with the fused kernel the clipping coefficient is applied as
-  the kernel reads each gradient instead of in a pass of its own;
+  base), the fused kernel where the device has it; a subclass's ``learn`` calls
+  :meth:`_backward` for each (accumulation-scaled) loss and :meth:`_optimizer_step` at each
+  accumulation boundary, which the run's :mod:`~agents.distributed.optimizer_step` carries out
+  (in one process, data parallel, FSDP or DeepSpeed ZeRO alike: the learner does not know which);
 * ``kl_ctl``: a fixed or adaptive (Ziegler et al., 2019) KL coefficient;
 * ``state_dict``/``load_state_dict``: the trainable weights by name, the optimizer, the
-  controller and both random generators, so a resumed run continues exactly (under ZeRO the
-  optimizer state is gathered whole, so the format is the single-process one).
+  controller and both random generators, so a resumed run continues exactly (the optimizer
+  state in the single-process format, whatever the run's distribution).
 """
 
 from __future__ import annotations
@@ -32,7 +30,7 @@ from torch import nn
 from trl.trainer.utils import selective_log_softmax
 
 from agents.distributed.data_parallel import DataParallel
-from agents.distributed.fsdp import is_sharded
+from agents.distributed.optimizer_step import optimizer_steps
 from agents.algorithms.kl import ESTIMATORS, AdaptiveKLController, FixedKLController, kl_per_token
 from agents.learners.base import Episode
 from agents.acting.actor import LMActor, forward_inputs
@@ -135,17 +133,9 @@ class LMLearner:
         self.optimizer = torch.optim.AdamW(
             groups, lr=config.learning_rate, weight_decay=config.weight_decay, fused=fused or None
         )
-        self._params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        # Clipping inside the fused kernel, which divides each gradient by the optimizer's
-        # `grad_scale` as it reads it (the hook torch.amp.GradScaler uses), saves a pass over all
-        # gradients per step. Sharded (FSDP) gradients keep clip_grad_norm_, which reduces their norm.
-        self._clip_in_step = fused and not self.data_parallel.sharded
-        # DeepSpeed ZeRO (agents.distributed.zero): the engine is built at the first backward pass, after the trainer
-        # made the weights equal everywhere; it then owns the optimizer's state (partitioned).
-        self._engine = None
-        self._param_groups = self.optimizer.state_dict()["param_groups"]
-        self._pending_optimizer_state: dict[str, Any] | None = None
-        self._grad_norms: list[torch.Tensor] = []  # this update's, before clipping (logged as grad_norm)
+        #: How the optimizer steps in this run (one process, data parallel, FSDP or ZeRO).
+        self.steps = optimizer_steps(model, self.optimizer, self.data_parallel, config.max_grad_norm)
+        self._params = self.steps.params
         self.kl_ctl = (
             AdaptiveKLController(kl_coef, config.target_kl, config.kl_horizon)
             if config.adaptive_kl
@@ -205,49 +195,18 @@ class LMLearner:
 
     # ------------------------------------------------------------------ updates
     def _backward(self, loss: torch.Tensor) -> None:
-        """``loss.backward()``; under DeepSpeed ZeRO, through this learner's engine (which reduces
-        the gradients into this process's partition). ``loss`` is already divided by the number of
-        accumulated minibatches."""
-        if self.data_parallel.zero is None:
-            loss.backward()
-            return
-        if self._engine is None:
-            self._build_engine()
-        self._engine.backward(loss, scale_wrt_gas=False)
-
-    def _build_engine(self) -> None:
-        from agents.distributed.zero import engine, load_optimizer_state
-
-        self._engine = engine(self.model, self.optimizer, self.data_parallel.zero, self.config.max_grad_norm)
-        if self._pending_optimizer_state is not None:  # a checkpoint loaded before the engine existed
-            load_optimizer_state(self._engine, self._params, self._pending_optimizer_state)
-            self._pending_optimizer_state = None
+        """``loss.backward()`` as the run does it (``loss`` already divided by the number of
+        accumulated minibatches)."""
+        self.steps.backward(loss)
 
     def _optimizer_step(self) -> None:
-        """Average the gradients over processes, clip them, step, zero them (under DeepSpeed ZeRO:
-        the engine's step, which does all of that on this process's partition and gathers the weights)."""
-        if self._engine is not None:
-            self._engine.step()
-            norm = self._engine.get_global_grad_norm()  # None when the engine does not clip
-            if norm is not None:
-                self._grad_norms.append(torch.as_tensor(float(norm)))
-            return
-        self.data_parallel.average_gradients(self._params)
-        max_norm = self.config.max_grad_norm
-        if max_norm is not None and self._clip_in_step:  # clip_grad_norm_'s coefficient, as a divisor
-            norm = torch.nn.utils.get_total_norm([p.grad for p in self._params if p.grad is not None])
-            self.optimizer.grad_scale = torch.clamp((norm + 1e-6) / max_norm, min=1.0)
-            self._grad_norms.append(norm.detach())
-        elif max_norm is not None:
-            norm = torch.nn.utils.clip_grad_norm_(self._params, max_norm)
-            self._grad_norms.append(norm.full_tensor() if is_sharded(norm) else norm.detach())
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        """Average the gradients over processes, clip them, step, zero them (:mod:`agents.distributed.optimizer_step`)."""
+        self.steps.step()
 
     def _grad_norm_stats(self) -> dict[str, float]:
         """``grad_norm``: the mean over this update's optimizer steps of the gradient norm before
         clipping (computed for the clipping anyway: absent with ``max_grad_norm=None``)."""
-        norms, self._grad_norms = self._grad_norms, []
+        norms = self.steps.grad_norms()
         return {"grad_norm": float(torch.stack(norms).float().mean())} if norms else {}  # one device sync
 
     # ------------------------------------------------------------------ checkpoints
@@ -264,30 +223,14 @@ class LMLearner:
         with torch.no_grad():
             for name, value in state.items():
                 params[name].copy_(value)
-                if self._engine is not None:  # ZeRO's float32 master copy (this process's partition)
-                    from deepspeed.utils import safe_set_full_fp32_param
-
-                    safe_set_full_fp32_param(params[name], params[name].detach().float())
+        self.steps.weights_loaded([params[name] for name in state])
 
     def optimizer_state_dict(self) -> dict[str, Any]:
         """The optimizer's state as one process saves it (under DeepSpeed ZeRO: gathered, a collective)."""
-        if self._engine is not None:
-            from agents.distributed.zero import full_optimizer_state
-
-            return full_optimizer_state(self._engine, self._params, self._param_groups)
-        if self._pending_optimizer_state is not None:
-            return self._pending_optimizer_state
-        return self.optimizer.state_dict()
+        return self.steps.state_dict()
 
     def load_optimizer_state_dict(self, state: dict[str, Any]) -> None:
-        if self.data_parallel.zero is None:
-            self.optimizer.load_state_dict(state)
-        elif self._engine is not None:
-            from agents.distributed.zero import load_optimizer_state
-
-            load_optimizer_state(self._engine, self._params, state)
-        else:  # put into the engine's partitions when it is built
-            self._pending_optimizer_state = state
+        self.steps.load_state_dict(state)
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -1,0 +1,142 @@
+"""A learner's backward pass and optimizer step, whatever the run's distribution: one small interface.
+
+A learner builds its optimizer, then hands it to :func:`optimizer_steps`, which picks how the
+run steps it:
+
+- :class:`OptimizerSteps`: a single process, data parallel (gradients averaged over the processes
+  first) or FSDP (sharded weights, whose gradient norm ``clip_grad_norm_`` reduces). With the
+  fused AdamW kernel the clipping coefficient is applied as the kernel reads each gradient
+  (``grad_scale``) instead of in a pass of its own;
+- :class:`ZeROSteps`: DeepSpeed ZeRO-1/2 (:mod:`agents.distributed.zero`): the engine is built at
+  the first backward pass (after the trainer made the weights equal everywhere) and then owns the
+  optimizer's partitioned state; a checkpoint still holds the single-process format.
+
+Both give: ``backward(loss)`` (``loss`` already divided by the accumulated minibatches),
+``step()`` (clip, step, zero the gradients), ``grad_norms()`` (this update's norms before
+clipping), ``state_dict()`` / ``load_state_dict()`` (the optimizer state as one process saves
+it), ``weights_loaded(params)`` (weights were overwritten outside the optimizer), and
+``params`` (what the optimizer updates).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from agents.distributed.data_parallel import DataParallel
+from agents.distributed.fsdp import is_sharded
+
+
+def optimizer_steps(
+    model: nn.Module, optimizer: torch.optim.Optimizer, data_parallel: DataParallel, max_grad_norm: float | None
+) -> OptimizerSteps:
+    """How ``model``'s ``optimizer`` steps in this run: :class:`ZeROSteps` under DeepSpeed ZeRO,
+    else :class:`OptimizerSteps`."""
+    cls = ZeROSteps if data_parallel.zero is not None else OptimizerSteps
+    return cls(model, optimizer, data_parallel, max_grad_norm)
+
+
+class OptimizerSteps:
+    """Backward and optimizer steps in one process, data parallel or under FSDP."""
+
+    def __init__(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, data_parallel: DataParallel, max_grad_norm: float | None
+    ):
+        self.model, self.optimizer, self.data_parallel = model, optimizer, data_parallel
+        self.max_grad_norm = max_grad_norm
+        self.params = [p for group in optimizer.param_groups for p in group["params"]]
+        # Clipping inside the fused kernel, which divides each gradient by the optimizer's
+        # `grad_scale` as it reads it (the hook torch.amp.GradScaler uses), saves a pass over all
+        # gradients per step. Sharded (FSDP) gradients keep clip_grad_norm_, which reduces their norm.
+        fused = bool(optimizer.defaults.get("fused"))
+        self.clip_in_step = fused and not data_parallel.sharded
+        self._norms: list[torch.Tensor] = []
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def step(self) -> None:
+        """Average the gradients over processes, clip them, step, zero them."""
+        self.data_parallel.average_gradients(self.params)
+        max_norm = self.max_grad_norm
+        if max_norm is not None and self.clip_in_step:  # clip_grad_norm_'s coefficient, as a divisor
+            norm = torch.nn.utils.get_total_norm([p.grad for p in self.params if p.grad is not None])
+            self.optimizer.grad_scale = torch.clamp((norm + 1e-6) / max_norm, min=1.0)
+            self._norms.append(norm.detach())
+        elif max_norm is not None:
+            norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
+            self._norms.append(norm.full_tensor() if is_sharded(norm) else norm.detach())
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def grad_norms(self) -> list[torch.Tensor]:
+        """The gradient norms before clipping of the steps since the last call (none without clipping)."""
+        norms, self._norms = self._norms, []
+        return norms
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state)
+
+    def weights_loaded(self, params: list[nn.Parameter]) -> None:
+        """``params`` were overwritten (a checkpoint): nothing else holds a copy of them here."""
+
+
+class ZeROSteps(OptimizerSteps):
+    """Backward and optimizer steps through this learner's own DeepSpeed ZeRO-1/2 engine."""
+
+    def __init__(self, *args: Any):
+        super().__init__(*args)
+        self.engine = None
+        self._param_groups = self.optimizer.state_dict()["param_groups"]
+        self._pending_state: dict[str, Any] | None = None  # a checkpoint loaded before the engine existed
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """``loss.backward()`` through the engine, which reduces the gradients into this process's partition."""
+        if self.engine is None:
+            from agents.distributed.zero import engine, load_optimizer_state
+
+            self.engine = engine(self.model, self.optimizer, self.data_parallel.zero, self.max_grad_norm)
+            if self._pending_state is not None:
+                load_optimizer_state(self.engine, self.params, self._pending_state)
+                self._pending_state = None
+        self.engine.backward(loss, scale_wrt_gas=False)
+
+    def step(self) -> None:
+        """The engine's step: clip, step and gather the weights, on this process's partition."""
+        if self.engine is None:  # no backward pass yet, so no engine: nothing to reduce
+            super().step()
+            return
+        self.engine.step()
+        norm = self.engine.get_global_grad_norm()  # None when the engine does not clip
+        if norm is not None:
+            self._norms.append(torch.as_tensor(float(norm)))
+
+    def state_dict(self) -> dict[str, Any]:
+        """Gathered whole from the partitions (a collective): the single-process format."""
+        if self.engine is not None:
+            from agents.distributed.zero import full_optimizer_state
+
+            return full_optimizer_state(self.engine, self.params, self._param_groups)
+        return self._pending_state if self._pending_state is not None else self.optimizer.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.engine is None:  # put into the engine's partitions when it is built
+            self._pending_state = state
+            return
+        from agents.distributed.zero import load_optimizer_state
+
+        load_optimizer_state(self.engine, self.params, state)
+
+    def weights_loaded(self, params: list[nn.Parameter]) -> None:
+        """ZeRO's float32 master copy (this process's partition) follows the overwritten weights."""
+        if self.engine is None:
+            return
+        from deepspeed.utils import safe_set_full_fp32_param
+
+        for p in params:
+            safe_set_full_fp32_param(p, p.detach().float())

@@ -1,0 +1,154 @@
+"""The Teams experiment's report: does a third agent change CORY's reward and KL?
+
+Reads the runs of ``benchmarks/reproduce.py --configs cory,cory-3-agents`` (the reproduction
+study's settings; the same ``--root``) and writes, in ``--report`` (default docs/teams):
+
+    curves.png          task reward, KL and combined reward over training, mean ± std over seeds
+                        (each run the mean over its learners)
+    positions.png       the task reward of each chain position over training (the learner
+                        sitting there), mean over seeds
+    runs/<configuration>-seed<N>/metrics.csv, config.json
+
+and rewrites the experiment section of docs/teams.md (between its ``<!-- experiment -->``
+markers): the final values (mean of the last ``--final-window`` iterations, then over seeds,
+with 95% t-intervals), Welch's test of N = 3 against N = 2, and the final task reward by
+chain position. Where a run of the chain of two is missing from ``--root`` its copy in
+docs/reproduction/runs is used (the reproduction study's CORY runs).
+
+    python benchmarks/teams_report.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shutil
+from pathlib import Path
+
+import pandas as pd
+
+from agents.evaluation.statistics import mean_ci, welch_test
+from agents.training.metrics import read_metrics
+from agents.training.plots import learner_columns, plot_comparison
+from benchmarks.reproduce import METRICS, REPO, iterations_done, run_dir
+
+CONFIGS = {"cory": "CORY, 2 agents", "cory-3-agents": "CORY, 3 agents"}
+BEGIN, END = "<!-- experiment -->", "<!-- /experiment -->"
+
+
+def run_folder(root: Path, config: str, seed: int) -> Path | None:
+    """The run's folder in ``root``, or the reproduction study's copy of it."""
+    for folder in (run_dir(root, config, seed), REPO / "docs" / "reproduction" / "runs" / f"{config}-seed{seed}"):
+        if iterations_done(folder):
+            return folder
+    return None
+
+
+def learners_mean(df: pd.DataFrame, metric: str) -> pd.Series:
+    columns = list(learner_columns(df, metric).values())
+    return df.set_index("iteration")[columns].mean(axis=1).sort_index()
+
+
+def by_position(df: pd.DataFrame, metric: str = "task_reward_mean") -> pd.DataFrame:
+    """``metric`` of the learner at each chain position, per iteration (columns 0 .. N-1)."""
+    roles, values = learner_columns(df, "role"), learner_columns(df, metric)
+    rows = []
+    for _, row in df.iterrows():
+        rows.append({int(row[roles[learner]]): row[values[learner]] for learner in roles})
+    return pd.DataFrame(rows, index=df["iteration"].to_numpy()).sort_index(axis=1)
+
+
+def interval(values: list[float]) -> str:
+    if len(values) < 2:
+        return "n/a"
+    mean, low, high = mean_ci(values, 0.95)
+    return f"{mean:.3f} [{low:.3f}, {high:.3f}]"
+
+
+def difference(a: list[float], b: list[float]) -> str:
+    test = welch_test(a, b, 0.95)
+    if not all(math.isfinite(test[k]) for k in ("difference", "ci_low", "ci_high", "p_value")):
+        return "n/a"
+    return f"{test['difference']:+.3f} [{test['ci_low']:+.3f}, {test['ci_high']:+.3f}], p {test['p_value']:.3f}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--root", default=str(Path.home() / ".cache" / "cory_env" / "reproduce"),
+                        help="where benchmarks/reproduce.py keeps the runs")  # fmt: skip
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--iterations", type=int, default=60, help="iterations a finished run has")
+    parser.add_argument("--final-window", type=int, default=5, help="iterations at the end that the finals average")
+    parser.add_argument("--report", default=str(REPO / "docs" / "teams"))
+    parser.add_argument("--page", default=str(REPO / "docs" / "teams.md"), help="the page whose section is rewritten")
+    args = parser.parse_args(argv)
+    root, report, w = Path(args.root).expanduser(), Path(args.report), args.final_window
+    seeds = [int(s) for s in args.seeds.split(",")]
+    folders = {c: {s: f for s in seeds if (f := run_folder(root, c, s)) is not None} for c in CONFIGS}
+    frames = {c: {s: read_metrics(f) for s, f in fs.items()} for c, fs in folders.items()}
+    report.mkdir(parents=True, exist_ok=True)
+
+    finals = {c: {m: [float(learners_mean(df, m).iloc[-w:].mean()) for df in dfs.values()] for m in METRICS}
+              for c, dfs in frames.items()}  # fmt: skip
+    lines = [f"Final values: the mean of the last {w} iterations of each run (the mean over its learners), then "
+             f"over seeds, with 95% t-intervals; the difference is Welch's test of 3 agents against 2.", "",
+             "| | " + " | ".join(METRICS.values()) + " |", "|---|" + "---|" * len(METRICS)]  # fmt: skip
+    for c, label in CONFIGS.items():
+        done = [f"{s}: {len(df)}" for s, df in frames[c].items()]
+        lines.append(f"| {label} (seeds: iterations {', '.join(done) or 'none'}) | "
+                     + " | ".join(interval(finals[c][m]) for m in METRICS) + " |")  # fmt: skip
+    lines.append("| 3 agents - 2 agents | " + " | ".join(
+        difference(finals["cory-3-agents"][m], finals["cory"][m]) for m in METRICS) + " |")  # fmt: skip
+    lines += ["", f"Final task reward by chain position (whichever learner sits there), mean of the last {w} "
+              "iterations, then over seeds:", ""]  # fmt: skip
+    positions = {c: [by_position(df).iloc[-w:].mean() for df in dfs.values()] for c, dfs in frames.items()}
+    width = max((len(p[0]) for p in positions.values() if p), default=0)
+    lines += ["| | " + " | ".join(["pioneer", *[f"observer {k}" for k in range(1, width)]]) + " |",
+              "|---|" + "---|" * width]  # fmt: skip
+    for c, label in CONFIGS.items():
+        cells = [interval([float(p[k]) for p in positions[c]]) if positions[c] and k < len(positions[c][0]) else ""
+                 for k in range(width)]  # fmt: skip
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", "![curves](teams/curves.png)", "", "![positions](teams/positions.png)"]
+
+    plot_comparison({CONFIGS[c]: list(fs.values()) for c, fs in folders.items() if fs}, report / "curves.png",
+                    metrics=list(METRICS))  # fmt: skip
+    plot_positions(frames, report / "positions.png")
+    shutil.rmtree(report / "runs", ignore_errors=True)
+    for c, fs in folders.items():
+        for s, folder in fs.items():
+            copy = report / "runs" / f"{c}-seed{s}"
+            copy.mkdir(parents=True)
+            for name in ("metrics.csv", "config.json"):
+                if (folder / name).exists():
+                    shutil.copy2(folder / name, copy / name)
+    page = Path(args.page)
+    text = page.read_text()
+    if BEGIN in text and END in text:
+        head, _, rest = text.partition(BEGIN)
+        page.write_text(head + BEGIN + "\n" + "\n".join(lines) + "\n" + END + rest.partition(END)[2])
+    print("\n".join(lines))
+
+
+def plot_positions(frames: dict[str, dict[int, pd.DataFrame]], path: Path) -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 4), layout="constrained")
+    axes = fig.subplots(1, len(CONFIGS), sharey=True, squeeze=False)[0]
+    for ax, (c, label) in zip(axes, CONFIGS.items()):
+        tables = [by_position(df) for df in frames[c].values()]
+        if not tables:
+            continue
+        mean = sum(tables) / len(tables)
+        for k in mean.columns:
+            name = "pioneer" if k == 0 else "observer" if len(mean.columns) == 2 else f"observer {k}"
+            ax.plot(mean.index, mean[k].rolling(5, min_periods=1).mean(), label=name)
+        ax.set_title(f"{label}: task reward by position")
+        ax.set_xlabel("iteration")
+        ax.legend()
+    axes[0].set_ylabel("task reward (5-iteration mean)")
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
