@@ -365,3 +365,22 @@ def test_the_reward_benchmark_gives_cory_the_team_and_ppo_the_first_model():
     assert for_algo(train, "cory") == {"algo": "cory"}
     ppo = TrainConfig(**{**vars(train), **for_algo(train, "ppo")})
     assert ppo.learner_names() == ["pioneer"] and ppo.agent_models() == {"pioneer": "a"}
+
+
+def test_the_command_line_trains_a_chain_of_three_on_its_own_devices(toy_model, tmp_path, capsys):
+    from agents.cli.train import main
+
+    main(["--model", str(toy_model), "--num-agents", "3", "--learner-devices", "cpu,cpu,cpu", "--iterations", "2",
+          "--batch-size", "4", "--max-new-tokens", "3", "--min-new-tokens", "3", "--context-length", "48",
+          "--task-file", str(_prompt_file(tmp_path)), "--reward", "tests.toy:fraction_good", "--report-to", "none",
+          "--role-exchange-period", "1", "--out", str(tmp_path / "run")])  # fmt: skip
+    printed = capsys.readouterr().out
+    for learner in ("llm_0", "llm_1", "llm_2"):
+        assert f"{learner}: task reward" in printed and (tmp_path / "run" / "model" / learner).is_dir()
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["num_agents"] == 3
+
+
+def _prompt_file(folder: Path) -> Path:
+    path = folder / "prompts.jsonl"
+    path.write_text("".join(json.dumps({"query": q}) + "\n" for q in TOY_PROMPTS))
+    return path
