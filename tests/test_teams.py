@@ -384,3 +384,15 @@ def _prompt_file(folder: Path) -> Path:
     path = folder / "prompts.jsonl"
     path.write_text("".join(json.dumps({"query": q}) + "\n" for q in TOY_PROMPTS))
     return path
+
+
+def test_in_a_two_model_team_the_small_vocabulary_learner_learns(toy_model, tiny_gpt2, tmp_path):
+    """The toy Llama (19 tokens) learns its reward beside a tiny GPT-2 (50257 tokens): the team's
+    collective reward and its rotation do not get in its way. (The GPT-2 learner's reward, one word
+    among 50257 tokens, is not asserted: it needs far more iterations than a test has.)"""
+    config = team_config(toy_model, tmp_path, models=f"{toy_model},{tiny_gpt2}", iterations=14, batch_size=16,
+                         mini_batch_size=8, ppo_epochs=4, kl_coef=0.0, role_exchange_period=2, checkpoint_every=100,
+                         save_model=False)  # fmt: skip
+    Trainer(config, prompts=TOY_PROMPTS, reward_fn=fraction_good).train(progress=False)
+    curve = pd.read_csv(tmp_path / "metrics.csv")["llm_0/task_reward_mean"].to_numpy()
+    assert curve[-3:].mean() > curve[:3].mean() + 0.1, curve
