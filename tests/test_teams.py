@@ -396,3 +396,20 @@ def test_in_a_two_model_team_the_small_vocabulary_learner_learns(toy_model, tiny
     Trainer(config, prompts=TOY_PROMPTS, reward_fn=fraction_good).train(progress=False)
     curve = pd.read_csv(tmp_path / "metrics.csv")["llm_0/task_reward_mean"].to_numpy()
     assert curve[-3:].mean() > curve[:3].mean() + 0.1, curve
+
+
+def test_agents_of_the_same_model_share_one_lora_base_and_each_model_has_its_own_reference(toy_model, tiny_gpt2,
+                                                                                           tmp_path):
+    config = team_config(toy_model, tmp_path, models=f"{toy_model},{tiny_gpt2},{toy_model}", lora=True, iterations=2,
+                         context_length=64, checkpoint_every=100)  # fmt: skip
+    trainer = Trainer(config, prompts=TOY_PROMPTS, reward_fn=fraction_good)
+    policies, learners = trainer.policies, trainer.learners
+    assert policies["llm_0"].peft_model is policies["llm_2"].peft_model  # one frozen base, two adapters
+    assert policies["llm_1"].peft_model is not policies["llm_0"].peft_model
+    references = {n: learner.reference for n, learner in learners.items()}
+    assert references["llm_0"].peft_model is references["llm_2"].peft_model is policies["llm_0"].peft_model
+    assert references["llm_1"].peft_model is policies["llm_1"].peft_model
+    trainer.train(progress=False)
+    metrics = pd.read_csv(tmp_path / "metrics.csv")
+    assert np.isfinite(metrics[[f"llm_{i}/kl" for i in range(3)]].to_numpy()).all()
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["llm_0", "llm_1", "llm_2"]
