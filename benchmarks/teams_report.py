@@ -59,8 +59,10 @@ def by_position(df: pd.DataFrame, metric: str = "task_reward_mean") -> pd.DataFr
 
 
 def interval(values: list[float]) -> str:
-    if len(values) < 2:
+    if not values:
         return "n/a"
+    if len(values) == 1:
+        return f"{values[0]:.3f} (one seed)"
     mean, low, high = mean_ci(values, 0.95)
     return f"{mean:.3f} [{low:.3f}, {high:.3f}]"
 

@@ -9,7 +9,7 @@ different models has one per agent, and the text between them is the only thing 
 Example:
     >>> from cory_env.tasks.toy import toy_tokenizer
     >>> [s.vocab_size for s in make_speakers(toy_tokenizer(), 3)]
-    [19, 19, 19]
+    [18, 18, 18]
 """
 
 from __future__ import annotations

@@ -413,3 +413,20 @@ def test_agents_of_the_same_model_share_one_lora_base_and_each_model_has_its_own
     metrics = pd.read_csv(tmp_path / "metrics.csv")
     assert np.isfinite(metrics[[f"llm_{i}/kl" for i in range(3)]].to_numpy()).all()
     assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["llm_0", "llm_1", "llm_2"]
+
+
+def test_the_teams_report_reads_each_positions_reward_whoever_sits_there():
+    from benchmarks.teams_report import by_position
+
+    df = pd.DataFrame({"iteration": [0, 1], "llm_0/role": [0, 1], "llm_1/role": [1, 0],
+                       "llm_0/task_reward_mean": [0.1, 0.2], "llm_1/task_reward_mean": [0.3, 0.4]})  # fmt: skip
+    table = by_position(df)
+    assert table[0].tolist() == [0.1, 0.4] and table[1].tolist() == [0.3, 0.2]
+
+
+def test_a_context_beyond_a_rotary_models_window_is_a_warning(toy_model, tmp_path, caplog):
+    """Llama's rotary positions run on past its trained window (256 here): the run is allowed, and told."""
+    config = team_config(toy_model, tmp_path, num_agents=3, context_length=300, iterations=1)
+    with caplog.at_level("WARNING", logger="agents"):
+        Trainer(config, prompts=TOY_PROMPTS, reward_fn=fraction_good)
+    assert "--context-length 300 is beyond llm_0's model" in caplog.text

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import random
 from collections.abc import Callable, Iterable
@@ -29,6 +30,8 @@ from agents.learners.value_model import CausalLMWithValueHead
 from agents.speed import padding_free
 from agents.speed.cpu_linear import use_cpu_linear
 from cory_env.models import load_causal_lm
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from agents.training.config import TrainConfig
@@ -232,14 +235,23 @@ def recompute_activations(model: torch.nn.Module, on: bool) -> None:
 
 
 def check_context_length(context_length: int, policies: dict[str, torch.nn.Module]) -> None:
-    """Each learner's model must hold ``--context-length`` positions (its ``max_position_embeddings``)."""
+    """Each learner's model must hold ``--context-length`` positions: a model with learned absolute
+    positions (GPT-2) has no position beyond its ``max_position_embeddings`` and fails here; a rotary
+    one (Llama) runs past its trained window, untrained there, so it gets a warning."""
     for name, policy in policies.items():
-        window = getattr(getattr(policy, "config", None), "max_position_embeddings", None)
-        if isinstance(window, int) and context_length > window:
-            raise ValueError(
-                f"--context-length {context_length} does not fit {name}'s model ({getattr(policy.config, 'name_or_path', '')}), "
-                f"whose window is {window} positions: lower --context-length to {window} or less, or shorten the prompts"
-            )
+        config = getattr(policy, "config", None)
+        window = getattr(config, "max_position_embeddings", None)
+        if not isinstance(window, int) or context_length <= window:
+            continue
+        model = getattr(config, "name_or_path", "") or type(policy).__name__
+        if any(getattr(config, a, None) is not None for a in ("rope_theta", "rope_parameters", "rope_scaling")):
+            logger.warning("--context-length %d is beyond %s's model (%s) window of %d positions, on which it was "
+                           "trained (its rotary positions run on past it)", context_length, name, model, window)  # fmt: skip
+            continue
+        raise ValueError(
+            f"--context-length {context_length} does not fit {name}'s model ({model}), whose window is {window} "
+            f"positions: lower --context-length to {window} or less, or shorten the prompts"
+        )
 
 
 def check_group_size(batch_size: int, group_size: int, learner: str) -> None:
