@@ -375,6 +375,16 @@ def sample_line(sample: dict) -> str:
     return f"{who}, task reward {sample['task_reward']:.3f}: {text(sample['query'])} -> {text(sample['response'])}"
 
 
+def copy_runs(folder: Path, runs: dict[str, Path]) -> None:
+    """Replace ``folder`` by a copy of each run's metrics.csv and config.json, in ``folder/<name>``."""
+    shutil.rmtree(folder, ignore_errors=True)
+    for name, out in runs.items():
+        (folder / name).mkdir(parents=True)
+        for file in ("metrics.csv", "config.json"):
+            if (out / file).exists():
+                shutil.copyfile(out / file, folder / name / file)
+
+
 def write_report(study: Study, root: Path, report: Path, seeds: list[int], flags: list[str]) -> Path:
     """results.md, curves.png, kl_vs_reward.png and runs/ in ``report``; returns results.md's path."""
     report.mkdir(parents=True, exist_ok=True)
@@ -382,14 +392,7 @@ def write_report(study: Study, root: Path, report: Path, seeds: list[int], flags
     present = {c: dirs for c, dirs in present.items() if dirs}
     plot_comparison(present, report / "curves.png", metrics=list(METRICS))
     plot_kl_vs_reward({c: [read_metrics(d) for d in dirs] for c, dirs in present.items()}, report / "kl_vs_reward.png")
-    shutil.rmtree(report / "runs", ignore_errors=True)
-    for config, dirs in present.items():
-        for out in dirs:
-            copy = report / "runs" / f"{config}-{out.name}"
-            copy.mkdir(parents=True)
-            for name in ("metrics.csv", "config.json"):
-                if (out / name).exists():
-                    shutil.copyfile(out / name, copy / name)
+    copy_runs(report / "runs", {f"{config}-{out.name}": out for config, dirs in present.items() for out in dirs})
 
     w, level = study.window, f"{CONFIDENCE:.0%}"
     status = [[r.config, str(r.seed), f"{r.iterations} of {study.iterations}",

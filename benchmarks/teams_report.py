@@ -21,8 +21,6 @@ docs/reproduction/runs is used (the reproduction study's CORY runs).
 from __future__ import annotations
 
 import argparse
-import math
-import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -30,7 +28,7 @@ import pandas as pd
 from agents.evaluation.statistics import mean_ci, welch_test
 from agents.training.metrics import read_metrics
 from agents.training.plots import learner_columns, plot_comparison
-from benchmarks.reproduce import METRICS, REPO, iterations_done, run_dir
+from benchmarks.reproduce import METRICS, REPO, copy_runs, difference, iterations_done, run_dir
 
 CONFIGS = {"cory": "CORY, 2 agents", "cory-3-agents": "CORY, 3 agents"}
 BEGIN, END = "<!-- experiment -->", "<!-- /experiment -->"
@@ -67,13 +65,6 @@ def interval(values: list[float]) -> str:
     return f"{mean:.3f} [{low:.3f}, {high:.3f}]"
 
 
-def difference(a: list[float], b: list[float]) -> str:
-    test = welch_test(a, b, 0.95)
-    if not all(math.isfinite(test[k]) for k in ("difference", "ci_low", "ci_high", "p_value")):
-        return "n/a"
-    return f"{test['difference']:+.3f} [{test['ci_low']:+.3f}, {test['ci_high']:+.3f}], p {test['p_value']:.3f}"
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--root", default=str(Path.home() / ".cache" / "cory_env" / "reproduce"),
@@ -100,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
         lines.append(f"| {label} (seeds: iterations {', '.join(done) or 'none'}) | "
                      + " | ".join(interval(finals[c][m]) for m in METRICS) + " |")  # fmt: skip
     lines.append("| 3 agents - 2 agents | " + " | ".join(
-        difference(finals["cory-3-agents"][m], finals["cory"][m]) for m in METRICS) + " |")  # fmt: skip
+        difference(welch_test(finals["cory-3-agents"][m], finals["cory"][m], 0.95)) for m in METRICS) + " |")  # fmt: skip
     lines += ["", f"Final task reward by chain position (whichever learner sits there), mean of the last {w} "
               "iterations, then over seeds:", ""]  # fmt: skip
     positions = {c: [by_position(df).iloc[-w:].mean() for df in dfs.values()] for c, dfs in frames.items()}
@@ -116,14 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     plot_comparison({CONFIGS[c]: list(fs.values()) for c, fs in folders.items() if fs}, report / "curves.png",
                     metrics=list(METRICS))  # fmt: skip
     plot_positions(frames, report / "positions.png")
-    shutil.rmtree(report / "runs", ignore_errors=True)
-    for c, fs in folders.items():
-        for s, folder in fs.items():
-            copy = report / "runs" / f"{c}-seed{s}"
-            copy.mkdir(parents=True)
-            for name in ("metrics.csv", "config.json"):
-                if (folder / name).exists():
-                    shutil.copy2(folder / name, copy / name)
+    copy_runs(report / "runs", {f"{c}-seed{s}": folder for c, fs in folders.items() for s, folder in fs.items()})
     page = Path(args.page)
     text = page.read_text()
     if BEGIN in text and END in text:

@@ -329,8 +329,7 @@ class PioneerObserverEnv(AECEnv):
             )
 
         self.possible_agents = list(roles)
-        #: Which agent's speaker plays each chain position (identity unless reset(options={"seating": ...})).
-        self.seating = list(range(len(roles)))
+        self._seat(list(range(len(roles))))
         self._spaces()
 
     @property
@@ -340,12 +339,18 @@ class PioneerObserverEnv(AECEnv):
 
     @property
     def heterogeneous(self) -> bool:
-        """Whether the agents speak different tokens (a team of different models)."""
-        return any(not s.same_as(self._speakers[0]) for s in self._speakers[1:])
+        """Whether the agents speak different tokens (a team of different models): agents that
+        share a tokenizer, vocabulary and stop tokens share one speaker."""
+        return len({id(s) for s in self._speakers}) > 1
 
     def speaker(self, agent: str) -> Speaker:
         """The :class:`~cory_env.speakers.Speaker` (tokenizer, vocabulary, special tokens) of ``agent``'s seat."""
-        return self._speakers[self.seating[self.possible_agents.index(agent)]]
+        return self._speakers[self._slot[agent]]
+
+    def _seat(self, seating: list[int]) -> None:
+        #: Which agent's speaker plays each chain position (identity unless reset(options={"seating": ...})).
+        self.seating = seating
+        self._slot = {agent: i for agent, i in zip(self.possible_agents, seating)}  # one lookup per token step
 
     # ------------------------------------------------------------------ spaces
     def _spaces(self) -> None:
@@ -380,10 +385,10 @@ class PioneerObserverEnv(AECEnv):
         }
 
     def observation_space(self, agent: str) -> gymnasium.spaces.Dict:
-        return self.agent_spaces[self.seating[self.possible_agents.index(agent)]][0]
+        return self.agent_spaces[self._slot[agent]][0]
 
     def action_space(self, agent: str) -> gymnasium.spaces.Space:
-        return self.agent_spaces[self.seating[self.possible_agents.index(agent)]][1]
+        return self.agent_spaces[self._slot[agent]][1]
 
     # ------------------------------------------------------------------ episode
     def reset(self, seed: int | None = None, options: dict | None = None) -> None:
@@ -391,7 +396,7 @@ class PioneerObserverEnv(AECEnv):
         speaker (tokenizer, vocabulary) at position ``k`` for this and later episodes (a
         permutation; :class:`~cory_env.RoleExchangeWrapper` rotates a team of different models so)."""
         if options and "seating" in options:
-            self.seating = self._check_seating(options["seating"])
+            self._seat(self._check_seating(options["seating"]))
         if seed is not None or not hasattr(self, "np_random"):
             self.np_random, self.np_random_seed = seeding.np_random(seed)
         B = self.num_conversations

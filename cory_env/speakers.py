@@ -23,21 +23,12 @@ import numpy as np
 
 @dataclass(frozen=True, eq=False)
 class Speaker:
-    """One agent's model, as the environment sees it."""
+    """One agent's model, as the environment sees it (agents with the same settings share one)."""
 
     tokenizer: Any
     vocab_size: int
     pad_token_id: int
     stop_token_ids: np.ndarray  # sorted, int64
-
-    def same_as(self, other: Speaker) -> bool:
-        """Whether both speak the same tokens: the same tokenizer, vocabulary and stop tokens."""
-        return (
-            self.tokenizer is other.tokenizer
-            and self.vocab_size == other.vocab_size
-            and self.pad_token_id == other.pad_token_id
-            and np.array_equal(self.stop_token_ids, other.stop_token_ids)
-        )
 
 
 def make_speakers(

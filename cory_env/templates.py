@@ -48,7 +48,8 @@ GSM8K_EXEMPLAR = (
 GSM8K_PIONEER = GSM8K_EXEMPLAR + "\nQuestion: {query} Answer:"
 GSM8K_OBSERVER = GSM8K_EXEMPLAR + "\nQuestion: {query} Reference: {response} Answer:"
 
-FIELDS = ("query", "response")
+#: The named fields (besides ``{response_1}``, ``{response_2}``, ...: each earlier agent's answer).
+FIELDS = ("query", "response", "responses")
 _NUMBERED = re.compile(r"response_(\d+)$")
 
 
@@ -74,18 +75,18 @@ def check_template(template: Template, *, allow_response: bool = True, name: str
     if position is None:
         position = 1 if allow_response else 0
     used = fields_of(template, name)
-    allowed = ["{query}"] + (["{response}", "{responses}"] + [f"{{response_{j}}}" for j in range(1, position + 1)]
-                             if position else [])  # fmt: skip
+    earlier = [f"response_{j}" for j in range(1, position + 1)]
+    allowed = ["query", *(["response", "responses", *earlier] if position else [])]
     for f in used:
-        numbered = _NUMBERED.match(f)
-        if f in ("query",) or (position and (f in ("response", "responses") or (numbered and 1 <= int(numbered[1]) <= position))):
+        if f in allowed:
             continue
-        if numbered:
+        if (numbered := _NUMBERED.match(f)) and int(numbered[1]) >= 1:
+            answered = f"agents 1..{position} have answered" if position else "no agent has answered yet"
             raise ValueError(
                 f"{name} {template!r} names {{{f}}}, the answer of agent {numbered[1]}, which does not exist before "
-                f"agent {position + 1} of the chain (agents 1..{position} have answered); allowed: {', '.join(allowed)}"
+                f"agent {position + 1} of the chain ({answered}); allowed: {', '.join('{' + a + '}' for a in allowed)}"
             )
-        raise ValueError(f"{name} {template!r} uses unknown field {{{f}}}; allowed: {', '.join(allowed)}")
+        raise ValueError(f"{name} {template!r} uses unknown field {{{f}}}; allowed: {', '.join('{' + a + '}' for a in allowed)}")
     if "query" not in used:
         raise ValueError(f"{name} {template!r} must contain the field {{query}}")
 
@@ -108,7 +109,7 @@ def render(template: Template, query: str, response: str = "", *, responses: Seq
     """Fill a template with a query and the earlier agents' responses (``responses``, in chain
     order; ``response``, the previous one, defaults to the last of them)."""
     earlier = list(responses) if responses is not None else ([response] if response else [])
-    if responses is not None and earlier:
+    if earlier:
         response = earlier[-1]
     if callable(template):
         if earlier and _takes_responses(template):

@@ -80,8 +80,6 @@ __all__ = [  # the config and the builders moved to agents.training.config and .
 
 logger = logging.getLogger(__name__)
 
-ROLE_IDS = {"pioneer": 0, "observer": 1}  # a chain of two; a longer chain's are its positions
-
 
 class Trainer:
     """Plays batched episodes and updates the learners; checkpoints and resumes exactly."""

@@ -78,8 +78,8 @@ class RoleExchangeWrapper(BaseWrapper):
         base = self.env.unwrapped
         # A team of different models: learner i speaks agent i's tokens wherever it sits, so the
         # environment seats its speaker at its position. Otherwise every role has the same spaces.
-        self._seats = bool(getattr(base, "heterogeneous", False))
-        if self._seats:
+        self._seat_speakers = bool(getattr(base, "heterogeneous", False))
+        if self._seat_speakers:
             spaces = [base.agent_spaces[i] for i in range(len(roles))]
         else:
             for space in (env.observation_space, env.action_space):
@@ -107,7 +107,7 @@ class RoleExchangeWrapper(BaseWrapper):
         self._to_role = {self.possible_agents[i]: role for i, role in zip(seating, self._roles)}
         self._to_learner = {r: learner for learner, r in self._to_role.items()}
         self._counted = False
-        if self._seats:
+        if self._seat_speakers:
             options = {**(options or {}), "seating": seating}
         self.env.reset(seed=seed, options=options)
 
