@@ -20,6 +20,8 @@ memory is at most 1.3x PPO's; our CORY needs at most 40% of the authors' CORY ti
                                                    # layers (agents.speed.cpu_linear)
     python benchmarks/iteration.py --no-lora --padding-free-ablation  # also CORY with padded passes
                                                    # (agents.speed.padding_free off)
+    python benchmarks/iteration.py --no-lora --scoring-reuse-ablation # also CORY with PPO's separate
+                                                   # scoring pass (agents.speed.scoring_reuse off)
     python benchmarks/iteration.py --lora-only --gradient-checkpointing-observer   # CORY recomputes
                                                    # activations in the observer's update only
     python benchmarks/iteration.py --learner grpo --no-lora --padding-free-ablation   # GRPO learners
@@ -46,6 +48,7 @@ ABLATIONS = {
     "host_memory_ablation": ("cory, freed memory returned to the OS", {"retain_freed_memory": False}),
     "cpu_linear_ablation": ("cory, plain nn.Linear", {"cpu_linear": False}),
     "padding_free_ablation": ("cory, padded passes", {"padding_free": False}),
+    "scoring_reuse_ablation": ("cory, separate scoring pass", {"reuse_scoring_pass": False}),
 }
 
 
@@ -174,6 +177,8 @@ def main() -> None:
                    help="also run CORY with plain nn.Linear layers (no agents.speed.cpu_linear layouts)")
     p.add_argument("--padding-free-ablation", action="store_true",
                    help="also run CORY with padded scoring and training passes (no agents.speed.padding_free)")
+    p.add_argument("--scoring-reuse-ablation", action="store_true",
+                   help="also run CORY with PPO's separate no-grad scoring pass (no agents.speed.scoring_reuse)")
     p.add_argument("--chain-lengths", default="", help="also run CORY chains of these lengths, comma-separated "
                    "(--num-agents; 2 is plain CORY): e.g. 3,4")
     p.add_argument("--model", default="smollm2-135m", help="model name or path")

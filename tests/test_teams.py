@@ -235,11 +235,12 @@ def team_config(model: Path, out: Path, **kw) -> TrainConfig:
 
 
 def test_a_chain_of_two_trains_bit_for_bit_as_before_chains_existed(tmp_path):
-    """CORY, CORY with LoRA and PPO at N = 2 against the metrics and samples cory-env wrote at 12ce942."""
+    """CORY (also with LoRA, and with one minibatch per epoch) and PPO at N = 2 against the metrics and
+    samples cory-env wrote at 12ce942."""
     subprocess.run([sys.executable, "-m", "tests.chain_of_two", str(tmp_path)], cwd=ROOT, check=True,
                    env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True)  # fmt: skip
     golden = ROOT / "tests" / "data" / "chain_of_two"
-    for name in ("cory", "cory_lora", "ppo"):
+    for name in ("cory", "cory_lora", "ppo", "cory_one_minibatch"):
         now, before = (pd.read_csv(d / f"{name}_metrics.csv") for d in (tmp_path, golden))
         assert list(now.columns) == list(before.columns)
         # Equal in every bit on the machine that wrote them; other CPUs may round differently.

@@ -335,6 +335,7 @@ def test_one_minibatch_reuses_the_first_forward_as_the_scoring_pass(toy_model, g
     """With mini-batch = batch, epoch 0's forward doubles as the scoring pass: one forward fewer, same update."""
     from agents.learners.ppo import Episode, PPOConfig, PPOLearner
     from agents.learners.value_model import CausalLMWithValueHead
+    from agents.speed.scoring_reuse import reuse_scoring_pass
     from cory_env.models import load_causal_lm
 
     torch.manual_seed(0)
@@ -351,7 +352,8 @@ def test_one_minibatch_reuses_the_first_forward_as_the_scoring_pass(toy_model, g
         reference = load_causal_lm(str(toy_model)).requires_grad_(False)
         torch.manual_seed(1)
         learner = PPOLearner(CausalLMWithValueHead(load_causal_lm(str(toy_model))), reference, config, seed=3)
-        learner.reuse_scoring_forward = reuse
+        if reuse:
+            reuse_scoring_pass(learner)
         calls = []
         forward = learner._forward
         learner._forward = lambda *a, _f=forward: calls.append(1) or _f(*a)
@@ -367,6 +369,18 @@ def test_one_minibatch_reuses_the_first_forward_as_the_scoring_pass(toy_model, g
     assert moved  # the update happened
 
 
+@pytest.mark.parametrize("reuse", [True, False])
+def test_ppo_learners_reuse_the_first_training_pass_unless_told_not_to(toy_model, tmp_path, reuse):
+    from agents.learners.ppo import UpdatePasses
+    from agents.speed.scoring_reuse import ReusedScoringPass
+
+    trainer = Trainer(toy_config(toy_model, tmp_path / "run", algo="cory", reuse_scoring_pass=reuse),
+                      prompts=PROMPTS, reward_fn=fraction_good)  # fmt: skip
+    for learner in trainer.learners.values():
+        assert type(learner.passes) is (ReusedScoringPass if reuse else UpdatePasses)
+        assert learner.passes.learner is learner
+
+
 @pytest.mark.parametrize("cpu_linear", [True, False])
 def test_cpu_runs_use_the_cpu_linear_layers_unless_told_not_to(toy_model, tmp_path, cpu_linear):
     from agents.speed.cpu_linear import CPULinear
@@ -380,9 +394,11 @@ def test_cpu_runs_use_the_cpu_linear_layers_unless_told_not_to(toy_model, tmp_pa
 
 
 def toy_ppo_learner(toy_model: Path, config, seed: int = 1):
-    """A PPO learner on the toy model (its own copy; a frozen reference), and a 4-conversation episode."""
+    """A PPO learner on the toy model (its own copy; a frozen reference; the passes a run gives it),
+    and a 4-conversation episode."""
     from agents.learners.ppo import Episode, PPOLearner
     from agents.learners.value_model import CausalLMWithValueHead
+    from agents.speed.scoring_reuse import reuse_scoring_pass
     from cory_env.models import load_causal_lm
 
     torch.manual_seed(0)
@@ -392,7 +408,8 @@ def toy_ppo_learner(toy_model: Path, config, seed: int = 1):
     episode = Episode(ids, mask, T, scores=np.array([1.0, 0.0, 0.5, 0.2]), task_rewards=np.array([1.0, 0.0, 0.5, 0.2]))
     reference = load_causal_lm(str(toy_model)).requires_grad_(False)
     torch.manual_seed(seed)
-    return PPOLearner(CausalLMWithValueHead(load_causal_lm(str(toy_model))), reference, config, seed=3), episode
+    learner = PPOLearner(CausalLMWithValueHead(load_causal_lm(str(toy_model))), reference, config, seed=3)
+    return reuse_scoring_pass(learner), episode
 
 
 @pytest.mark.parametrize("max_grad_norm", [1e-3, None, 1e9])

@@ -80,6 +80,34 @@ class RunningMoments:
         self.mean, self.var, self.count = state["mean"], state["var"], state["count"]
 
 
+class UpdatePasses:
+    """The forward passes of one PPO update, in order: a no-grad scoring pass over the batch
+    (the "old" log-probs and values), then ``ppo_epochs`` passes over shuffled minibatches with
+    gradients. :mod:`agents.speed.scoring_reuse` schedules the same passes with one fewer."""
+
+    def __init__(self, learner: PPOLearner):
+        self.learner = learner
+
+    def score(self, ids: torch.Tensor, attn: torch.Tensor, T: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The acting policy's logits and values of the batch, detached, in the batch's order."""
+        self.learner.model.eval()
+        with torch.no_grad():
+            return self.learner._forward(ids, attn, T)
+
+    def minibatches(
+        self, ids: torch.Tensor, attn: torch.Tensor, T: int, epochs: int | None = None
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """``(indices, logits, values)`` of each minibatch, with gradients: ``epochs`` (default
+        ``ppo_epochs``) passes over the batch, each in a new shuffled order."""
+        learner, B = self.learner, ids.shape[0]
+        size = learner.config.mini_batch_size
+        for _ in range(learner.config.ppo_epochs if epochs is None else epochs):
+            order = torch.randperm(B, generator=learner.generator)
+            for start in range(0, B, size):
+                idx = order[start : start + size].to(learner.device)
+                yield (idx, *learner._forward(ids[idx], attn[idx], T))
+
+
 class PPOLearner(LMLearner):
     """A learning agent: policy + value head, optimizer, KL controller, score statistics.
 
@@ -93,10 +121,6 @@ class PPOLearner(LMLearner):
             score statistics, advantage whitening, the KL controller and the returned statistics
             are then computed over all of them. Default: a single process.
     """
-
-    #: With one minibatch per epoch, take the "old" log-probs and values from epoch 0's
-    #: forward pass instead of a separate scoring pass (same numbers; see :meth:`learn`).
-    reuse_scoring_forward: bool = True
 
     def __init__(
         self,
@@ -117,6 +141,9 @@ class PPOLearner(LMLearner):
             kl_coef=config.init_kl_coef, seed=seed, sampling=sampling, data_parallel=data_parallel,
         )  # fmt: skip
         self.score_moments = RunningMoments()
+        #: The forward passes of an update; a run may swap in a faster schedule of the same
+        #: passes (``--reuse-scoring-pass``: :mod:`agents.speed.scoring_reuse`).
+        self.passes = UpdatePasses(self)
 
     # ------------------------------------------------------------------ scoring
     def _process_scores(self, scores: np.ndarray) -> torch.Tensor:
@@ -156,7 +183,7 @@ class PPOLearner(LMLearner):
 
         # 1. Score: the acting policy's log-probs and values, the frozen reference's log-probs, per-token KL.
         ref_logits = self._reference_logits(ids, attn, T)
-        old_logits, old_values, first = self._scoring_pass(ids, attn, T)
+        old_logits, old_values = self.passes.score(ids, attn, T)
         s = self._score(old_logits, old_values, ref_logits, response, mask)
         del old_logits, ref_logits
 
@@ -175,9 +202,7 @@ class PPOLearner(LMLearner):
         stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "entropy", "clipfrac", "approx_kl")}
         step_in_accumulation = 0
         self.optimizer.zero_grad(set_to_none=True)
-        passes = self._minibatch_passes(ids, attn, T, first)
-        del first  # epoch 0's reused pass now lives in the generator only, freed after its minibatch
-        for idx, logits, values in passes:
+        for idx, logits, values in self.passes.minibatches(ids, attn, T):
             new_logprobs = selective_log_softmax(logits, response[idx])
             m = mask[idx]
             pg_loss, pg_stats = policy_loss(new_logprobs, s["logprobs"][idx], advantages[idx], m, c.cliprange)
@@ -220,48 +245,6 @@ class PPOLearner(LMLearner):
             "response_length": means.pop("response_length"),
             **means,
         }
-
-    # ------------------------------------------------------------------ the forward passes of an update
-    def _scoring_pass(
-        self, ids: torch.Tensor, attn: torch.Tensor, T: int
-    ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None]:
-        """The "old" logits and values of the acting policy, detached, in the batch's order.
-
-        When one minibatch holds the whole batch (and :attr:`reuse_scoring_forward`), this is
-        epoch 0's training forward pass, over epoch 0's shuffled order: the weights have not
-        moved yet, so its detached outputs are exactly the old ones (dropout is off), and a
-        separate no-grad pass over the batch is saved (about 1 in 14 forward-equivalents of an
-        update). That pass is returned too, as ``(order, logits, values)``, for
-        :meth:`_minibatch_passes` to train on; otherwise ``None``.
-        """
-        if self.config.mini_batch_size == ids.shape[0] and self.reuse_scoring_forward:
-            self.model.train()
-            order = torch.randperm(ids.shape[0], generator=self.generator).to(self.device)
-            logits, values = self._forward(ids[order], attn[order], T)
-            inverse = torch.argsort(order)
-            return logits.detach()[inverse], values.detach()[inverse], (order, logits, values)
-        self.model.eval()
-        with torch.no_grad():
-            logits, values = self._forward(ids, attn, T)
-        return logits, values, None
-
-    def _minibatch_passes(
-        self, ids: torch.Tensor, attn: torch.Tensor, T: int,
-        first: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
-    ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:  # fmt: skip
-        """``ppo_epochs`` passes over shuffled minibatches: ``(indices, logits, values)`` of each
-        (with gradients); the first is the scoring pass itself when :meth:`_scoring_pass` made one."""
-        c, B = self.config, ids.shape[0]
-        for epoch in range(c.ppo_epochs):
-            if first is not None and epoch == 0:
-                reused, first = first, None
-                yield reused
-                del reused
-                continue
-            order = torch.randperm(B, generator=self.generator)
-            for start in range(0, B, c.mini_batch_size):
-                idx = order[start : start + c.mini_batch_size].to(self.device)
-                yield (idx, *self._forward(ids[idx], attn[idx], T))
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from agents.learners.ppo import PPOLearner
 from agents.learners.value_model import CausalLMWithValueHead
 from agents.speed import padding_free
 from agents.speed.cpu_linear import use_cpu_linear
+from agents.speed.scoring_reuse import reuse_scoring_pass
 from cory_env.models import load_causal_lm
 
 logger = logging.getLogger(__name__)
@@ -53,7 +54,8 @@ def ppo_learner(config: TrainConfig, *, policy, reference, seed, sampling, devic
     model = CausalLMWithValueHead(policy).to(device)
     if data_parallel is not None:
         data_parallel.shard(model.v_head)  # FSDP: the value head is a unit of its own (the LM is one already)
-    return PPOLearner(model, reference, config.ppo_config(), seed, sampling, data_parallel=data_parallel)
+    learner = PPOLearner(model, reference, config.ppo_config(), seed, sampling, data_parallel=data_parallel)
+    return reuse_scoring_pass(learner) if config.reuse_scoring_pass else learner
 
 
 def grpo_learner(config: TrainConfig, *, policy, reference, seed, sampling, device, data_parallel=None) -> GRPOLearner:

@@ -128,6 +128,7 @@ class TrainConfig:
     retain_freed_memory: bool = flag(True, "CPU runs on Linux: keep freed memory in the process for reuse instead of returning it to the OS (no page faults on every large tensor; same peak memory; agents.speed.host_memory, figures in docs/benchmarks.md)")
     cpu_linear: bool = flag(True, "CPU runs in float32: linear layers take the matrix-multiply layout the CPU runs fastest when a decode step multiplies a few rows, and give a frozen LM head a contiguous input (agents.speed.cpu_linear, figures in docs/benchmarks.md)")
     padding_free: bool = flag(True, "prompt prefills, scoring and training passes run each batch's real tokens as one row, without the padding of its shorter contexts, and the tokens a context starts with in common with an earlier one (a prompt template's head, a GRPO group's prompt) once (as TRL's padding_free; sdpa attention, per context; agents.speed.padding_free)")
+    reuse_scoring_pass: bool = flag(True, "PPO with one minibatch per epoch (--mini-batch-size = --batch-size): epoch 0's training forward pass doubles as the scoring pass of the old log-probs and values, one forward pass fewer per update (agents.speed.scoring_reuse)")
 
     def __post_init__(self) -> None:
         """The checks that need no preset, task or machine: a bad value fails when the config is made."""
@@ -274,8 +275,8 @@ def prompt_source_name(config: TrainConfig) -> str:
 RESUMABLE_CHANGES = frozenset({
     "iterations", "out", "resume", "overwrite", "checkpoint_every", "keep_checkpoints", "trust_checkpoint",
     "samples_per_iteration", "tensorboard", "report_to",
-    "save_model", "retain_freed_memory", "cpu_linear", "padding_free", "gradient_checkpointing",
-    "gradient_checkpointing_observer",
+    "save_model", "retain_freed_memory", "cpu_linear", "padding_free", "reuse_scoring_pass",
+    "gradient_checkpointing", "gradient_checkpointing_observer",
 })  # fmt: skip
 
 
