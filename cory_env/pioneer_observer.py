@@ -54,19 +54,14 @@ conversation's turn is over.
 |                  |                  | whole prompt at the start of a turn, then 1                  |
 | `role`           | `(1,)`           | the chain position: 0 for pioneer, 1 for observer, ...      |
 
-A policy with a KV cache therefore feeds `input_ids[..., -num_new_tokens:]` with the
-mask `attention_mask[..., -(past_length + num_new_tokens):]`, and starts a fresh
-cache when `past_length == 0`. Before its turn, an agent observes an all-padding
-context with `num_new_tokens == 0`. Every step shifts all rows by one column, so a
-cache stays aligned in the batched form.
+A policy with a KV cache feeds `input_ids[..., -num_new_tokens:]` with the mask
+`attention_mask[..., -(past_length + num_new_tokens):]`, and starts a fresh cache when
+`past_length == 0` (the layout: :mod:`cory_env.context`).
 
 ### Global state
 
-`state()` (and `state_space`, a Box) is the view a centralized critic takes: every role's
-current context window, `(B, R, L)` token ids in the batched form (`(R, L)` otherwise; `R`
-roles in `possible_agents` order), `-1` where that role's observation is masked (padding, and
-a role's whole row before its turn). PettingZoo's `state_test` passes, and the parallel API
-forwards it.
+`state()` (and `state_space`) is a centralized critic's view: every role's context window,
+`(B, R, L)` token ids (`(R, L)` unbatched), `-1` where that role's observation is masked.
 
 ### Rewards and infos
 
@@ -107,12 +102,6 @@ Read it as `env.unwrapped.last_transcript` through wrappers. :func:`parallel_env
 
 ### Arguments
 
-``PioneerObserverEnv(tokenizer=None, prompts=None, reward_fn=None, *, num_conversations=None,
-max_new_tokens=16, context_length=256, pioneer_template="{query}",
-observer_template=SENTIMENT_OBSERVER, knowledge_transfer=True, with_observer=True,
-num_agents=None, templates=None, stop_token_ids=None, vocab_size=None, numeric_infos=False,
-render_mode=None)``
-
 - `tokenizer`: a Hugging Face tokenizer, or a list of one per agent (a team of different
   models); `None` loads the embedded default's (`smollm2-135m`).
 - `prompts`: a :class:`~cory_env.prompts.PromptSource` or a list of strings; `None`
@@ -148,7 +137,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import gymnasium
@@ -157,18 +145,21 @@ from gymnasium.utils import seeding
 from pettingzoo import AECEnv, ParallelEnv
 from pettingzoo.utils import AgentSelector
 
-from cory_env.parallel import to_parallel
-from cory_env.prompts import Prompt, PromptList, PromptSource, as_prompt_source
-from cory_env.rewards.base import RewardFunction, score_responses
-from cory_env.speakers import Speaker, make_speakers
-from cory_env.templates import (
-    SENTIMENT_OBSERVER,
-    SENTIMENT_PIONEER,
-    Template,
-    check_template,
-    render,
-    response_slots,
+from cory_env.context import (  # noqa: F401 (PromptTooLongError: raised by reset, and exported from here)
+    PromptTooLongError,
+    Turn,
+    check_context_length,
+    check_prompts_fit,
+    empty_context,
+    new_token_range,
+    tokenize_fitting,
 )
+from cory_env.parallel import to_parallel
+from cory_env.prompts import Prompt, PromptList, PromptSource, as_prompt_source, metadata_lists
+from cory_env.rewards.base import RewardFunction, score_responses
+from cory_env.spaces import agent_spaces, as_token_ids, state_space
+from cory_env.speakers import Speaker, check_seating, make_speakers
+from cory_env.templates import SENTIMENT_OBSERVER, SENTIMENT_PIONEER, Template, chain_templates, render, response_slots
 from cory_env.wrappers.order_enforcing import OrderEnforcingWrapper
 
 PIONEER, OBSERVER = "pioneer", "observer"
@@ -207,23 +198,6 @@ def chain_roles(num_agents: int) -> tuple[str, ...]:
     if num_agents <= 2:
         return ROLES[:num_agents]
     return (PIONEER, *(f"{OBSERVER}_{k}" for k in range(1, num_agents)))
-
-
-class PromptTooLongError(ValueError):
-    """A prompt (plus the tokens to generate) does not fit the context window."""
-
-
-@dataclass
-class _Turn:
-    """One agent's turn: its context buffer and how far its response has got."""
-
-    tokens: np.ndarray  # (B, L + max_new_tokens) prompt right-aligned in [0, L), response from L
-    mask: np.ndarray
-    prompt_texts: list[str]
-    prompt_width: int  # longest prompt in the batch, in tokens
-    over: np.ndarray  # (B,) bool: this conversation's turn has ended
-    response_length: np.ndarray  # (B,) tokens appended (stop token included)
-    t: int = 0  # steps taken in this turn
 
 
 class PioneerObserverEnv(AECEnv):
@@ -281,19 +255,8 @@ class PioneerObserverEnv(AECEnv):
             raise ValueError(f"num_conversations must be a positive int or None, got {num_conversations!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
-        given = templates is not None
-        if templates is None:
-            templates = [pioneer_template, *[observer_template] * (len(roles) - 1)]
-        elif isinstance(templates, str) or len(templates) != len(roles):
-            raise ValueError(
-                f"templates must be a list with one template per agent ({len(roles)}: {', '.join(roles)}), "
-                f"got {templates!r:.200}"
-            )
-        for k, template in enumerate(templates):
-            name = f"templates[{k}]" if given else ("pioneer_template" if k == 0 else "observer_template")
-            check_template(template, name=name, position=k)
-        if not knowledge_transfer:  # the paper's ablation: every later agent sees the query alone
-            templates = [templates[0]] * len(roles)
+        if not isinstance(numeric_infos, bool):
+            raise TypeError(f"numeric_infos must be True or False, got {numeric_infos!r}")
 
         #: The pioneer's tokenizer (every agent's, unless the team is of different models: :attr:`tokenizers`).
         self.tokenizer = first.tokenizer
@@ -301,36 +264,28 @@ class PioneerObserverEnv(AECEnv):
         self.reward_fn = reward_fn
         self.batched = num_conversations is not None
         self.num_conversations = num_conversations or 1
-        self.max_new_tokens_range = _token_range(max_new_tokens)
+        self.max_new_tokens_range = new_token_range(max_new_tokens)
         self.context_length = int(context_length)
-        self.templates = list(templates)
+        self.templates = chain_templates(roles, templates, pioneer_template, observer_template, knowledge_transfer)
         self.pioneer_template = self.templates[0]
         self.observer_template = self.templates[1] if len(roles) > 1 else observer_template
         self.knowledge_transfer = knowledge_transfer
-        if not isinstance(numeric_infos, bool):
-            raise TypeError(f"numeric_infos must be True or False, got {numeric_infos!r}")
         self.numeric_infos = numeric_infos
         self._last_transcript: dict[str, dict[str, Any]] | None = None
         self.render_mode = render_mode
         # The pioneer's tokens (each agent's own are in its speaker, self.speaker(agent)).
         self.vocab_size, self.pad_token_id, self.stop_token_ids = first.vocab_size, first.pad_token_id, first.stop_token_ids
-        for k, speaker in enumerate(self._speakers):
-            window = getattr(speaker.tokenizer, "model_max_length", None)
-            if window is not None and window < 10**7 and self.context_length > window:
-                who = f" of agent {k + 1} ({roles[k]})" if self.heterogeneous else ""
-                raise ValueError(
-                    f"context_length={self.context_length} exceeds the tokenizer{who}'s model_max_length={window}; "
-                    f"use context_length <= {window}"
-                )
-        if self.context_length <= self.max_new_tokens_range[1]:
-            raise ValueError(
-                f"context_length={self.context_length} leaves no room for a prompt with "
-                f"max_new_tokens up to {self.max_new_tokens_range[1]}; raise context_length"
-            )
+        check_context_length(self.context_length, self.max_new_tokens_range[1], [s.tokenizer for s in self._speakers], roles)
 
         self.possible_agents = list(roles)
         self._seat(list(range(len(roles))))
-        self._spaces()
+        B, L, batched = self.num_conversations, self.context_length, self.batched
+        # One observation and action space per agent; an agent seated at another position (a team of
+        # different models under role exchange) brings its own.
+        self.agent_spaces = agent_spaces(self._speakers, len(roles), B, L, batched)
+        self.state_space = state_space(self._speakers, len(roles), B, L, batched)
+        self._role_arrays = {a: _frozen(np.array([i], dtype=np.int64)) for i, a in enumerate(roles)}
+        self._empty_contexts = {id(s): empty_context(s.pad_token_id, B, L) for s in self._speakers}
 
     @property
     def tokenizers(self) -> list[Any]:
@@ -352,38 +307,6 @@ class PioneerObserverEnv(AECEnv):
         self.seating = seating
         self._slot = {agent: i for agent, i in zip(self.possible_agents, seating)}  # one lookup per token step
 
-    # ------------------------------------------------------------------ spaces
-    def _spaces(self) -> None:
-        B, L = self.num_conversations, self.context_length
-        shape = (B, L) if self.batched else (L,)
-        scalar = lambda high: gymnasium.spaces.Box(0, high, shape=(1,), dtype=np.int64)  # noqa: E731
-        roles = self.possible_agents
-        # One observation and action space per agent (seeded independently); an agent seated at
-        # another position (a team of different models under role exchange) brings its own.
-        self.agent_spaces: list[tuple[gymnasium.spaces.Dict, gymnasium.spaces.Space]] = []
-        for k, speaker in enumerate(self._speakers):
-            V = speaker.vocab_size
-            obs = gymnasium.spaces.Dict(
-                {
-                    "input_ids": gymnasium.spaces.Box(0, V - 1, shape=shape, dtype=np.int64),
-                    "attention_mask": gymnasium.spaces.Box(0, 1, shape=shape, dtype=np.int64),
-                    "past_length": scalar(L),
-                    "num_new_tokens": scalar(L),
-                    "role": scalar(max(len(roles) - 1, 1)),
-                }
-            )
-            act = gymnasium.spaces.MultiDiscrete(np.full(B, V, dtype=np.int64)) if self.batched else gymnasium.spaces.Discrete(V)
-            self.agent_spaces.append((obs, act) if k == 0 else (copy.deepcopy(obs), copy.deepcopy(act)))
-        self._role_arrays = {a: _frozen(np.array([i], dtype=np.int64)) for i, a in enumerate(roles)}
-        high = max(s.vocab_size for s in self._speakers) - 1
-        self.state_space = gymnasium.spaces.Box(
-            -1, high, shape=(B, len(roles), L) if self.batched else (len(roles), L), dtype=np.int64
-        )
-        self._empty_contexts = {
-            id(s): (_frozen(np.full((B, L), s.pad_token_id, dtype=np.int64)), _frozen(np.zeros((B, L), dtype=np.int64)))
-            for s in self._speakers
-        }
-
     def observation_space(self, agent: str) -> gymnasium.spaces.Dict:
         return self.agent_spaces[self._slot[agent]][0]
 
@@ -396,7 +319,7 @@ class PioneerObserverEnv(AECEnv):
         speaker (tokenizer, vocabulary) at position ``k`` for this and later episodes (a
         permutation; :class:`~cory_env.RoleExchangeWrapper` rotates a team of different models so)."""
         if options and "seating" in options:
-            self._seat(self._check_seating(options["seating"]))
+            self._seat(check_seating(options["seating"], len(self.possible_agents)))
         if seed is not None or not hasattr(self, "np_random"):
             self.np_random, self.np_random_seed = seeding.np_random(seed)
         B = self.num_conversations
@@ -417,10 +340,10 @@ class PioneerObserverEnv(AECEnv):
         if len(self.prompts) != B:
             raise ValueError(f"prompt source returned {len(self.prompts)} prompts for {B} conversations")
         self.queries = [p.query for p in self.prompts]
-        self._metadata = _metadata(self.prompts)  # reward-function keyword lists, once per episode
+        self._metadata = metadata_lists(self.prompts)  # reward-function keyword lists, once per episode
         self.task_rewards: dict[str, np.ndarray] = {}
         self.responses: dict[str, list[str]] = {}
-        self._turns: dict[str, _Turn] = {}
+        self._turns: dict[str, Turn] = {}
         self.episode_over = False
 
         self._start_turn(PIONEER, [render(self.templates[0], q) for q in self.queries])
@@ -428,17 +351,8 @@ class PioneerObserverEnv(AECEnv):
         # rather than fail in the middle of the episode.
         for k, role in enumerate(self.possible_agents[1:], start=1):
             reserved = self.max_new_tokens * response_slots(self.templates[k], k) if self.knowledge_transfer else 0
-            self._check_fits(role, [render(self.templates[k], q, responses=[""] * k) for q in self.queries], reserved)
-
-    def _check_seating(self, seating: Any) -> list[int]:
-        n = len(self.possible_agents)
-        try:
-            order = [int(i) for i in seating]
-        except (TypeError, ValueError):
-            order = []
-        if sorted(order) != list(range(n)):
-            raise ValueError(f"seating must be a permutation of 0..{n - 1} (the agent seated at each position), got {seating!r}")
-        return order
+            texts = [render(self.templates[k], q, responses=[""] * k) for q in self.queries]
+            tokenize_fitting(self.speaker(role).tokenizer, texts, role, self.context_length, self.max_new_tokens, reserved)
 
     def check_prompts(self, prompts: Sequence[Prompt | str] | None = None) -> None:
         """Check that every prompt fits the context with the longest responses (``max_new_tokens``'
@@ -455,75 +369,24 @@ class PioneerObserverEnv(AECEnv):
             prompts = self.prompt_source.prompts
         queries = [p.query if isinstance(p, Prompt) else str(p) for p in prompts]
         hi = self.max_new_tokens_range[1]
-        speakers = list({id(s): s for s in self._speakers}.values())  # any of them may be seated anywhere
+        tokenizers = list({id(s): s.tokenizer for s in self._speakers}.values())  # any of them may sit anywhere
         for k, role in enumerate(self.possible_agents):
             texts = [render(self.templates[k], q, responses=[""] * k) for q in queries]
             extra = hi + (hi * response_slots(self.templates[k], k) if self.knowledge_transfer else 0)
-            for speaker in speakers:
-                lengths = np.array([len(row) for row in speaker.tokenizer(texts)["input_ids"]]) + extra
-                over = np.flatnonzero(lengths > self.context_length)
-                if over.size:
-                    worst = int(over[np.argmax(lengths[over])])
-                    raise PromptTooLongError(
-                        f"{over.size} of {len(texts)} prompts do not fit context_length={self.context_length} as the "
-                        f"{role}'s prompt with {extra} tokens of responses (max_new_tokens up to {hi}); the longest needs "
-                        f"{int(lengths[worst])}, for the query {queries[worst][:120]!r}. Raise context_length to "
-                        f"{int(lengths.max())} "
-                        f"(at most the model's window), lower max_new_tokens, or drop the longest prompts."
-                    )
-
-    def _check_fits(self, role: str, texts: list[str], reserved: int = 0) -> list[list[int]]:
-        """Tokenize prompts (in ``role``'s tokens) and check each, plus ``reserved`` tokens, leaves room for a response."""
-        ids = self.speaker(role).tokenizer(texts)["input_ids"]
-        room = self.context_length - self.max_new_tokens - reserved
-        for text, row in zip(texts, ids):
-            if len(row) > room:
-                extra = f" and up to {reserved} tokens of earlier responses" if reserved else ""
-                raise PromptTooLongError(
-                    f"the {role}'s prompt has {len(row)} tokens{extra}, but context_length={self.context_length} "
-                    f"leaves room for {room + reserved} with max_new_tokens={self.max_new_tokens}: {text[:120]!r}. "
-                    f"Raise context_length (at most the model's window), lower max_new_tokens, "
-                    f"or use shorter prompts."
-                )
-            if len(row) == 0:
-                raise ValueError(f"the {role}'s prompt is empty after tokenization: {text!r}")
-        return ids
+            check_prompts_fit(tokenizers, role, texts, queries, extra, self.context_length, hi)
 
     def _start_turn(self, role: str, texts: list[str]) -> None:
-        """Lay out the role's prompt, right-aligned, in a buffer with room for its response.
-
-        Columns ``[0, L)`` hold the left-padded prompt; token ``t`` of the response goes
-        to column ``L + t``; the observation is the window ``[t, L + t)``. Nothing inside
-        a window is ever rewritten, so observations are zero-copy read-only views.
-        """
-        ids = self._check_fits(role, texts)
-        B, L, T = self.num_conversations, self.context_length, self.max_new_tokens
-        turn = _Turn(
-            tokens=np.full((B, L + T), self.speaker(role).pad_token_id, dtype=np.int64),
-            mask=np.zeros((B, L + T), dtype=np.int64),
-            prompt_texts=texts,
-            prompt_width=max(len(row) for row in ids),
-            over=np.zeros(B, dtype=bool),
-            response_length=np.zeros(B, dtype=np.int64),
-        )
-        for b, row in enumerate(ids):
-            turn.tokens[b, L - len(row) : L] = row
-            turn.mask[b, L - len(row) : L] = 1
-        self._turns[role] = turn
+        """Tokenize the role's prompts and lay them out for its turn (:class:`~cory_env.context.Turn`)."""
+        speaker, L, T = self.speaker(role), self.context_length, self.max_new_tokens
+        ids = tokenize_fitting(speaker.tokenizer, texts, role, L, T)
+        self._turns[role] = Turn.start(ids, texts, L, T, speaker.pad_token_id)
 
     def observe(self, agent: str) -> dict[str, np.ndarray]:
         turn = self._turns.get(agent)
-        L = self.context_length
         if turn is None:  # before its turn
-            ids, mask = self._empty_contexts[id(self.speaker(agent))]
-            past, new = 0, 0
+            (ids, mask), past, new = self._empty_contexts[id(self.speaker(agent))], 0, 0
         else:
-            t = turn.t
-            ids, mask = turn.tokens[:, t : t + L], turn.mask[:, t : t + L]
-            ids.flags.writeable = False
-            mask.flags.writeable = False
-            past = 0 if t == 0 else turn.prompt_width + t - 1
-            new = turn.prompt_width if t == 0 else 1
+            (ids, mask), past, new = turn.window(), turn.past_length, turn.num_new_tokens
         if not self.batched:
             ids, mask = ids[0], mask[0]
         return {
@@ -543,12 +406,10 @@ class PioneerObserverEnv(AECEnv):
         attention mask is 0 (padding, and the whole row before the role's turn)."""
         if not hasattr(self, "_turns"):
             raise RuntimeError("state() before the first reset(): call reset() first")
-        B, L = self.num_conversations, self.context_length
-        out = np.full((B, len(self.possible_agents), L), -1, dtype=np.int64)
+        out = np.full((self.num_conversations, len(self.possible_agents), self.context_length), -1, dtype=np.int64)
         for i, role in enumerate(self.possible_agents):
             if (turn := self._turns.get(role)) is not None:
-                window = slice(turn.t, turn.t + L)
-                out[:, i] = np.where(turn.mask[:, window] == 1, turn.tokens[:, window], -1)
+                out[:, i] = turn.masked_window()
         return out if self.batched else out[0]
 
     def step(self, action: Any) -> None:
@@ -564,60 +425,18 @@ class PioneerObserverEnv(AECEnv):
                 )
             self._was_dead_step(action)
             return
-        tokens = self._as_token_ids(action)
+        speaker = self.speaker(agent)
+        tokens = as_token_ids(action, agent, self.num_conversations if self.batched else None, speaker.vocab_size)
         self._cumulative_rewards[agent] = 0.0
-
-        turn = self._turns[agent]
-        active = ~turn.over
-        col = self.context_length + turn.t
-        np.copyto(turn.tokens[:, col], tokens, where=active)
-        turn.mask[:, col] = active
-        turn.response_length += active
-        turn.over |= active & np.isin(tokens, self.speaker(agent).stop_token_ids)
-        turn.t += 1
-        if turn.t >= self.max_new_tokens:
-            turn.over[:] = True
-        if turn.over.all():
+        if self._turns[agent].append(tokens, speaker.stop_token_ids, self.max_new_tokens):
             self._end_turn(agent)  # at the episode's end this delivers the rewards
         if self.render_mode == "human" and self.episode_over:
             self.render()
 
-    def _as_token_ids(self, action: Any) -> np.ndarray:
-        agent = self.agent_selection
-        if action is None:
-            raise ValueError(f"{agent!r} is acting, so its action must be a token id, got None")
-        try:
-            arr = np.asarray(action)
-        except Exception as exc:  # e.g. a CUDA tensor
-            raise TypeError(f"action for {agent!r} must be integer token id(s), got {type(action).__name__}") from exc
-        shape = (self.num_conversations,) if self.batched else ()
-        if arr.dtype.kind not in "iu":
-            raise TypeError(
-                f"action for {agent!r} must be integer token id(s), got dtype {arr.dtype} ({action!r:.80}); "
-                f"convert with int(...) or .astype(np.int64)"
-            )
-        if arr.shape != shape:
-            raise ValueError(
-                f"action for {agent!r} must have shape {shape} "
-                f"({'one token id per conversation' if self.batched else 'a single token id'}), got shape {arr.shape}"
-            )
-        arr = arr.reshape(-1).astype(np.int64, copy=False)
-        vocab_size = self.speaker(agent).vocab_size
-        bad = (arr < 0) | (arr >= vocab_size)
-        if bad.any():
-            i = int(np.argmax(bad))
-            where = f" for conversation {i}" if self.batched else ""
-            raise ValueError(
-                f"token id {int(arr[i])}{where} is out of range for {agent!r}: "
-                f"valid ids are 0..{vocab_size - 1} (vocab_size={vocab_size})"
-            )
-        return arr
-
     def _end_turn(self, agent: str) -> None:
         turn = self._turns[agent]
-        L, n = self.context_length, turn.response_length
-        response_ids = [turn.tokens[b, L : L + n[b]].tolist() for b in range(self.num_conversations)]
-        responses = self.speaker(agent).tokenizer.batch_decode(response_ids, skip_special_tokens=True)
+        n = turn.response_length
+        responses = self.speaker(agent).tokenizer.batch_decode(turn.response_ids(), skip_special_tokens=True)
         scores = score_responses(self.reward_fn, self.queries, responses, self._metadata)
         self.responses[agent] = responses
         self.task_rewards[agent] = scores
@@ -720,24 +539,6 @@ class PioneerObserverEnv(AECEnv):
 
 raw_env = PioneerObserverEnv
 """The environment without wrappers (PettingZoo's name for it): :class:`PioneerObserverEnv`."""
-
-
-def _token_range(max_new_tokens: int | tuple[int, int]) -> tuple[int, int]:
-    if isinstance(max_new_tokens, (int, np.integer)) and not isinstance(max_new_tokens, bool):
-        lo = hi = int(max_new_tokens)
-    else:
-        try:
-            lo, hi = (int(v) for v in max_new_tokens)  # type: ignore[union-attr]
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"max_new_tokens must be an int or a (low, high) pair, got {max_new_tokens!r}") from exc
-    if not 1 <= lo <= hi:
-        raise ValueError(f"max_new_tokens must satisfy 1 <= low <= high, got {max_new_tokens!r}")
-    return lo, hi
-
-
-def _metadata(prompts: list[Prompt]) -> dict[str, list[Any]]:
-    keys = sorted({k for p in prompts for k in p.metadata})
-    return {k: [p.metadata.get(k) for p in prompts] for k in keys}
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:

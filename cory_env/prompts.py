@@ -61,6 +61,13 @@ class PromptList:
         return [self.prompts[i] for i in rng.integers(len(self.prompts), size=n)]
 
 
+def metadata_lists(prompts: Sequence[Prompt]) -> dict[str, list[Any]]:
+    """The prompts' metadata as a reward function's keyword arguments: one list per key, in prompt order
+    (``None`` where a prompt lacks the key)."""
+    keys = sorted({k for p in prompts for k in p.metadata})
+    return {k: [p.metadata.get(k) for p in prompts] for k in keys}
+
+
 def as_prompt_source(prompts: PromptSource | Sequence[Prompt | str]) -> PromptSource:
     """Accept a prompt source, or a list of strings / :class:`Prompt` objects.
 

@@ -57,6 +57,20 @@ def make_speakers(
     return speakers
 
 
+def check_seating(seating: Any, num_agents: int) -> list[int]:
+    """``seating`` (the agent whose speaker sits at each chain position) as a list, if it is a
+    permutation of ``0 .. num_agents - 1``; otherwise an error that says so."""
+    try:
+        order = [int(i) for i in seating]
+    except (TypeError, ValueError):
+        order = []
+    if sorted(order) != list(range(num_agents)):
+        raise ValueError(
+            f"seating must be a permutation of 0..{num_agents - 1} (the agent seated at each position), got {seating!r}"
+        )
+    return order
+
+
 def _speaker(tokenizer: Any, vocab_size: int | None, stop_token_ids: Sequence[int] | None, agent: int) -> Speaker:
     size = int(vocab_size if vocab_size is not None else len(tokenizer))
     pad = _pad_token_id(tokenizer)

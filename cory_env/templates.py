@@ -125,3 +125,26 @@ def _takes_responses(template: Callable) -> bool:
     except (TypeError, ValueError):
         return False
     return "responses" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+
+
+def chain_templates(
+    roles: Sequence[str],
+    templates: Sequence[Template] | None,
+    pioneer_template: Template,
+    observer_template: Template,
+    knowledge_transfer: bool = True,
+) -> list[Template]:
+    """One checked template per chain position (``roles``): ``templates`` as given (one per agent), or the
+    pioneer's then ``observer_template`` at every later position. Without knowledge transfer
+    (the paper's ablation) every agent gets the pioneer's: it sees the query alone."""
+    n, given = len(roles), templates is not None
+    if templates is None:
+        templates = [pioneer_template, *[observer_template] * (n - 1)]
+    elif isinstance(templates, str) or len(templates) != n:
+        raise ValueError(
+            f"templates must be a list with one template per agent ({n}: {', '.join(roles)}), got {templates!r:.200}"
+        )
+    for k, template in enumerate(templates):
+        name = f"templates[{k}]" if given else ("pioneer_template" if k == 0 else "observer_template")
+        check_template(template, name=name, position=k)
+    return list(templates) if knowledge_transfer else [templates[0]] * n

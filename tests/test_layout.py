@@ -59,3 +59,32 @@ def test_the_commands_are_console_scripts_and_the_examples_run_them():
         script = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(script)
         assert script.main is importlib.import_module(module).main, example
+
+
+def _package_modules() -> list[Path]:
+    return sorted(p for package in ("agents", "cory_env") for p in (ROOT / package).rglob("*.py"))
+
+
+def test_no_module_has_much_over_400_lines_of_code():
+    """The module docstring does not count: the environment's is its reference page."""
+    import ast
+
+    sizes = {}
+    for path in _package_modules():
+        source = path.read_text()
+        tree = ast.parse(source)
+        docstring_end = tree.body[0].end_lineno if ast.get_docstring(tree) is not None else 0
+        sizes[str(path.relative_to(ROOT))] = len(source.splitlines()) - docstring_end
+    assert max(sizes.values()) <= 420, sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
+
+
+def test_learners_and_their_math_never_import_a_speed_mechanism():
+    """A run switches speed mechanisms on (agents.training.build); the algorithms read the same without them."""
+    import ast
+
+    for folder in ("learners", "algorithms"):
+        for path in sorted((ROOT / "agents" / folder).glob("*.py")):
+            tree = ast.parse(path.read_text())
+            imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+            imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+            assert not [m for m in imported if m.startswith("agents.speed")], path.name

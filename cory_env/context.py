@@ -1,0 +1,178 @@
+"""An agent's context in its turn: the prompt laid out, the response appended token by token,
+and the fixed-width window an observation shows.
+
+A :class:`Turn` holds one agent's contexts, one row per conversation, in a buffer of
+``L + max_new_tokens`` columns (``L = context_length``): the prompt right-aligned in columns
+``[0, L)`` (left padding before it), token ``t`` of the response in column ``L + t``. After
+``t`` steps the observation is the window ``[t, L + t)``: the context left-padded to width
+``L``, newest token in the last column. Nothing inside a window is ever rewritten, so
+observations are zero-copy read-only views, and every step shifts all rows by one column,
+so a KV cache stays aligned in the batched form.
+
+Before its turn an agent observes an all-padding context with ``num_new_tokens == 0``
+(:func:`empty_context`). A prompt must leave room in the window for the response and, for a
+later agent of a chain, for the earlier answers its template names: :func:`tokenize_fitting`
+and :func:`check_prompts_fit` raise :class:`PromptTooLongError` naming the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+class PromptTooLongError(ValueError):
+    """A prompt (plus the tokens to generate) does not fit the context window."""
+
+
+@dataclass
+class Turn:
+    """One agent's turn: its context buffer and how far its response has got."""
+
+    tokens: np.ndarray  # (B, L + max_new_tokens) prompt right-aligned in [0, L), response from L
+    mask: np.ndarray
+    prompt_texts: list[str]
+    prompt_width: int  # longest prompt in the batch, in tokens
+    over: np.ndarray  # (B,) bool: this conversation's turn has ended
+    response_length: np.ndarray  # (B,) tokens appended (stop token included)
+    context_length: int  # L, the width of an observation
+    t: int = 0  # steps taken in this turn
+
+    @classmethod
+    def start(cls, ids: Sequence[Sequence[int]], texts: list[str], context_length: int, max_new_tokens: int,
+              pad_token_id: int) -> Turn:  # fmt: skip
+        """Lay out tokenized prompts, one per conversation, right-aligned, with room for the response."""
+        B, L = len(ids), context_length
+        turn = cls(
+            tokens=np.full((B, L + max_new_tokens), pad_token_id, dtype=np.int64),
+            mask=np.zeros((B, L + max_new_tokens), dtype=np.int64),
+            prompt_texts=texts,
+            prompt_width=max(len(row) for row in ids),
+            over=np.zeros(B, dtype=bool),
+            response_length=np.zeros(B, dtype=np.int64),
+            context_length=L,
+        )
+        for b, row in enumerate(ids):
+            turn.tokens[b, L - len(row) : L] = row
+            turn.mask[b, L - len(row) : L] = 1
+        return turn
+
+    def window(self) -> tuple[np.ndarray, np.ndarray]:
+        """The observed context: ``(input_ids, attention_mask)``, ``(B, L)`` read-only views."""
+        ids, mask = (a[:, self.t : self.t + self.context_length] for a in (self.tokens, self.mask))
+        ids.flags.writeable = False
+        mask.flags.writeable = False
+        return ids, mask
+
+    @property
+    def past_length(self) -> int:
+        """Trailing window columns before the new ones that a KV cache over this turn holds."""
+        return 0 if self.t == 0 else self.prompt_width + self.t - 1
+
+    @property
+    def num_new_tokens(self) -> int:
+        """Trailing window columns new since the previous step: the prompt, then one token."""
+        return self.prompt_width if self.t == 0 else 1
+
+    def append(self, tokens: np.ndarray, stop_token_ids: np.ndarray, max_new_tokens: int) -> bool:
+        """Append one token per conversation (ignored where the turn is over); whether the turn is
+        now over everywhere (a stop token, or ``max_new_tokens`` reached)."""
+        active = ~self.over
+        col = self.context_length + self.t
+        np.copyto(self.tokens[:, col], tokens, where=active)
+        self.mask[:, col] = active
+        self.response_length += active
+        self.over |= active & np.isin(tokens, stop_token_ids)
+        self.t += 1
+        if self.t >= max_new_tokens:
+            self.over[:] = True
+        return bool(self.over.all())
+
+    def response_ids(self) -> list[list[int]]:
+        """Each conversation's response tokens (its stop token included)."""
+        L = self.context_length
+        return [self.tokens[b, L : L + n].tolist() for b, n in enumerate(self.response_length)]
+
+    def masked_window(self) -> np.ndarray:
+        """The observed token ids, ``-1`` where the observation's attention mask is 0 (:meth:`state`'s row)."""
+        ids, mask = self.window()
+        return np.where(mask == 1, ids, -1)
+
+
+def empty_context(pad_token_id: int, num_conversations: int, context_length: int) -> tuple[np.ndarray, np.ndarray]:
+    """What an agent observes before its turn: all padding, read-only."""
+    ids = np.full((num_conversations, context_length), pad_token_id, dtype=np.int64)
+    mask = np.zeros((num_conversations, context_length), dtype=np.int64)
+    ids.flags.writeable = mask.flags.writeable = False
+    return ids, mask
+
+
+def tokenize_fitting(tokenizer: Any, texts: list[str], role: str, context_length: int, max_new_tokens: int,
+                     reserved: int = 0) -> list[list[int]]:  # fmt: skip
+    """Tokenize ``role``'s prompts and check that each, plus ``reserved`` tokens (earlier answers
+    still to come), leaves room in the window for a response of ``max_new_tokens``."""
+    ids = tokenizer(texts)["input_ids"]
+    room = context_length - max_new_tokens - reserved
+    for text, row in zip(texts, ids):
+        if len(row) > room:
+            extra = f" and up to {reserved} tokens of earlier responses" if reserved else ""
+            raise PromptTooLongError(
+                f"the {role}'s prompt has {len(row)} tokens{extra}, but context_length={context_length} "
+                f"leaves room for {room + reserved} with max_new_tokens={max_new_tokens}: {text[:120]!r}. "
+                f"Raise context_length (at most the model's window), lower max_new_tokens, or use shorter prompts."
+            )
+        if len(row) == 0:
+            raise ValueError(f"the {role}'s prompt is empty after tokenization: {text!r}")
+    return ids
+
+
+def check_prompts_fit(tokenizers: Sequence[Any], role: str, texts: list[str], queries: list[str], extra: int,
+                      context_length: int, max_new_tokens: int) -> None:  # fmt: skip
+    """Check at once that every one of ``role``'s prompts (``texts``, rendered from ``queries``),
+    plus ``extra`` tokens, fits ``context_length`` in each of ``tokenizers``; the error names how
+    many do not, the longest, and the ``context_length`` that would hold them all."""
+    for tokenizer in tokenizers:
+        lengths = np.array([len(row) for row in tokenizer(texts)["input_ids"]]) + extra
+        over = np.flatnonzero(lengths > context_length)
+        if over.size:
+            worst = int(over[np.argmax(lengths[over])])
+            raise PromptTooLongError(
+                f"{over.size} of {len(texts)} prompts do not fit context_length={context_length} as the {role}'s "
+                f"prompt with {extra} tokens of responses (max_new_tokens up to {max_new_tokens}); the longest needs "
+                f"{int(lengths[worst])}, for the query {queries[worst][:120]!r}. Raise context_length to "
+                f"{int(lengths.max())} (at most the model's window), lower max_new_tokens, or drop the longest prompts."
+            )
+
+
+def new_token_range(max_new_tokens: int | tuple[int, int]) -> tuple[int, int]:
+    """``max_new_tokens`` (an int, or a ``(low, high)`` range to draw each episode's limit from) as ``(low, high)``."""
+    if isinstance(max_new_tokens, (int, np.integer)) and not isinstance(max_new_tokens, bool):
+        lo = hi = int(max_new_tokens)
+    else:
+        try:
+            lo, hi = (int(v) for v in max_new_tokens)  # type: ignore[union-attr]
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"max_new_tokens must be an int or a (low, high) pair, got {max_new_tokens!r}") from exc
+    if not 1 <= lo <= hi:
+        raise ValueError(f"max_new_tokens must satisfy 1 <= low <= high, got {max_new_tokens!r}")
+    return lo, hi
+
+
+def check_context_length(context_length: int, max_new_tokens: int, tokenizers: Sequence[Any], roles: Sequence[str]) -> None:
+    """Check that the window fits every agent's model (its tokenizer's ``model_max_length``) and leaves room for a prompt."""
+    for k, tokenizer in enumerate(tokenizers):
+        window = getattr(tokenizer, "model_max_length", None)
+        if window is not None and window < 10**7 and context_length > window:
+            who = f" of agent {k + 1} ({roles[k]})" if len({id(t) for t in tokenizers}) > 1 else ""
+            raise ValueError(
+                f"context_length={context_length} exceeds the tokenizer{who}'s model_max_length={window}; "
+                f"use context_length <= {window}"
+            )
+    if context_length <= max_new_tokens:
+        raise ValueError(
+            f"context_length={context_length} leaves no room for a prompt with "
+            f"max_new_tokens up to {max_new_tokens}; raise context_length"
+        )
