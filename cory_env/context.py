@@ -161,8 +161,11 @@ def new_token_range(max_new_tokens: int | tuple[int, int]) -> tuple[int, int]:
     return lo, hi
 
 
-def check_context_length(context_length: int, max_new_tokens: int, tokenizers: Sequence[Any], roles: Sequence[str]) -> None:
-    """Check that the window fits every agent's model (its tokenizer's ``model_max_length``) and leaves room for a prompt."""
+def check_context_length(
+    context_length: int, max_new_tokens: int, tokenizers: Sequence[Any], roles: Sequence[str]
+) -> None:
+    """Check that the window fits every agent's model (its tokenizer's ``model_max_length``) and
+    leaves room for a prompt."""
     for k, tokenizer in enumerate(tokenizers):
         window = getattr(tokenizer, "model_max_length", None)
         if window is not None and window < 10**7 and context_length > window:

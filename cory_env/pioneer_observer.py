@@ -61,7 +61,8 @@ A policy with a KV cache feeds `input_ids[..., -num_new_tokens:]` with the mask
 ### Global state
 
 `state()` (and `state_space`) is a centralized critic's view: every role's context window,
-`(B, R, L)` token ids (`(R, L)` unbatched), `-1` where that role's observation is masked.
+`(B, R, L)` token ids (`(R, L)` unbatched), `-1` where that role's observation is masked
+(PettingZoo's `state_test` passes; the parallel API forwards it).
 
 ### Rewards and infos
 
@@ -145,8 +146,8 @@ from gymnasium.utils import seeding
 from pettingzoo import AECEnv, ParallelEnv
 from pettingzoo.utils import AgentSelector
 
-from cory_env.context import (  # noqa: F401 (PromptTooLongError: raised by reset, and exported from here)
-    PromptTooLongError,
+from cory_env.context import (
+    PromptTooLongError,  # noqa: F401 (raised by reset and check_prompts; exported from here)
     Turn,
     check_context_length,
     check_prompts_fit,
@@ -275,7 +276,8 @@ class PioneerObserverEnv(AECEnv):
         self.render_mode = render_mode
         # The pioneer's tokens (each agent's own are in its speaker, self.speaker(agent)).
         self.vocab_size, self.pad_token_id, self.stop_token_ids = first.vocab_size, first.pad_token_id, first.stop_token_ids
-        check_context_length(self.context_length, self.max_new_tokens_range[1], [s.tokenizer for s in self._speakers], roles)
+        tokenizers = [s.tokenizer for s in self._speakers]
+        check_context_length(self.context_length, self.max_new_tokens_range[1], tokenizers, roles)
 
         self.possible_agents = list(roles)
         self._seat(list(range(len(roles))))
@@ -352,7 +354,8 @@ class PioneerObserverEnv(AECEnv):
         for k, role in enumerate(self.possible_agents[1:], start=1):
             reserved = self.max_new_tokens * response_slots(self.templates[k], k) if self.knowledge_transfer else 0
             texts = [render(self.templates[k], q, responses=[""] * k) for q in self.queries]
-            tokenize_fitting(self.speaker(role).tokenizer, texts, role, self.context_length, self.max_new_tokens, reserved)
+            L, T = self.context_length, self.max_new_tokens
+            tokenize_fitting(self.speaker(role).tokenizer, texts, role, L, T, reserved)
 
     def check_prompts(self, prompts: Sequence[Prompt | str] | None = None) -> None:
         """Check that every prompt fits the context with the longest responses (``max_new_tokens``'
@@ -369,7 +372,7 @@ class PioneerObserverEnv(AECEnv):
             prompts = self.prompt_source.prompts
         queries = [p.query if isinstance(p, Prompt) else str(p) for p in prompts]
         hi = self.max_new_tokens_range[1]
-        tokenizers = list({id(s): s.tokenizer for s in self._speakers}.values())  # any of them may sit anywhere
+        tokenizers = list({id(s.tokenizer): s.tokenizer for s in self._speakers}.values())  # any may sit anywhere
         for k, role in enumerate(self.possible_agents):
             texts = [render(self.templates[k], q, responses=[""] * k) for q in queries]
             extra = hi + (hi * response_slots(self.templates[k], k) if self.knowledge_transfer else 0)

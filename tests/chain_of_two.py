@@ -23,7 +23,9 @@ from .toy import fraction_good, save_tiny_llama, toy_tokenizer
 
 #: Each run's settings beside the common ones; in cory_one_minibatch a minibatch is the whole batch
 #: (PPO's first training pass then doubles as its scoring pass: agents.speed.scoring_reuse).
-RUNS = {"cory": {}, "cory_lora": dict(lora=True), "ppo": dict(algo="ppo"), "cory_one_minibatch": dict(mini_batch_size=8)}
+RUNS = {
+    "cory": {}, "cory_lora": dict(lora=True), "ppo": dict(algo="ppo"), "cory_one_minibatch": dict(mini_batch_size=8),
+}  # fmt: skip
 
 
 def main(out: Path) -> None:

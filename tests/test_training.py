@@ -369,16 +369,32 @@ def test_one_minibatch_reuses_the_first_forward_as_the_scoring_pass(toy_model, g
     assert moved  # the update happened
 
 
+def test_a_model_with_dropout_keeps_the_separate_scoring_pass(toy_model):
+    """A training-mode pass with dropout is not the eval-mode scoring pass: no reuse then."""
+    from agents.learners.ppo import PPOConfig
+    from agents.speed.scoring_reuse import has_dropout
+
+    learner, episode = toy_ppo_learner(toy_model, PPOConfig(mini_batch_size=4, ppo_epochs=2))
+    assert not has_dropout(learner.model)
+    attention = next(m for m in learner.model.modules() if hasattr(m, "attention_dropout"))
+    attention.attention_dropout = 0.1
+    assert has_dropout(learner.model)
+    calls = []
+    forward = learner._forward
+    learner._forward = lambda *a, _f=forward: calls.append(1) or _f(*a)
+    learner.learn(episode)
+    assert len(calls) == 2 + 1  # the epochs' passes and the scoring pass
+
+
 @pytest.mark.parametrize("reuse", [True, False])
 def test_ppo_learners_reuse_the_first_training_pass_unless_told_not_to(toy_model, tmp_path, reuse):
     from agents.learners.ppo import UpdatePasses
-    from agents.speed.scoring_reuse import ReusedScoringPass
+    from agents.speed.scoring_reuse import ScoringReusePasses
 
     trainer = Trainer(toy_config(toy_model, tmp_path / "run", algo="cory", reuse_scoring_pass=reuse),
                       prompts=PROMPTS, reward_fn=fraction_good)  # fmt: skip
     for learner in trainer.learners.values():
-        assert type(learner.passes) is (ReusedScoringPass if reuse else UpdatePasses)
-        assert learner.passes.learner is learner
+        assert type(learner.passes) is (ScoringReusePasses if reuse else UpdatePasses)
 
 
 @pytest.mark.parametrize("cpu_linear", [True, False])

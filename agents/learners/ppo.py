@@ -85,22 +85,20 @@ class UpdatePasses:
     (the "old" log-probs and values), then ``ppo_epochs`` passes over shuffled minibatches with
     gradients. :mod:`agents.speed.scoring_reuse` schedules the same passes with one fewer."""
 
-    def __init__(self, learner: PPOLearner):
-        self.learner = learner
-
-    def score(self, ids: torch.Tensor, attn: torch.Tensor, T: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def score(
+        self, learner: PPOLearner, ids: torch.Tensor, attn: torch.Tensor, T: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The acting policy's logits and values of the batch, detached, in the batch's order."""
-        self.learner.model.eval()
+        learner.model.eval()
         with torch.no_grad():
-            return self.learner._forward(ids, attn, T)
+            return learner._forward(ids, attn, T)
 
     def minibatches(
-        self, ids: torch.Tensor, attn: torch.Tensor, T: int, epochs: int | None = None
+        self, learner: PPOLearner, ids: torch.Tensor, attn: torch.Tensor, T: int, epochs: int | None = None
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         """``(indices, logits, values)`` of each minibatch, with gradients: ``epochs`` (default
         ``ppo_epochs``) passes over the batch, each in a new shuffled order."""
-        learner, B = self.learner, ids.shape[0]
-        size = learner.config.mini_batch_size
+        B, size = ids.shape[0], learner.config.mini_batch_size
         for _ in range(learner.config.ppo_epochs if epochs is None else epochs):
             order = torch.randperm(B, generator=learner.generator)
             for start in range(0, B, size):
@@ -142,8 +140,8 @@ class PPOLearner(LMLearner):
         )  # fmt: skip
         self.score_moments = RunningMoments()
         #: The forward passes of an update; a run may swap in a faster schedule of the same
-        #: passes (``--reuse-scoring-pass``: :mod:`agents.speed.scoring_reuse`).
-        self.passes = UpdatePasses(self)
+        #: passes (:mod:`agents.speed.scoring_reuse`, on unless ``--no-reuse-scoring-pass``).
+        self.passes = UpdatePasses()
 
     # ------------------------------------------------------------------ scoring
     def _process_scores(self, scores: np.ndarray) -> torch.Tensor:
@@ -183,7 +181,7 @@ class PPOLearner(LMLearner):
 
         # 1. Score: the acting policy's log-probs and values, the frozen reference's log-probs, per-token KL.
         ref_logits = self._reference_logits(ids, attn, T)
-        old_logits, old_values = self.passes.score(ids, attn, T)
+        old_logits, old_values = self.passes.score(self, ids, attn, T)
         s = self._score(old_logits, old_values, ref_logits, response, mask)
         del old_logits, ref_logits
 
@@ -202,7 +200,7 @@ class PPOLearner(LMLearner):
         stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "entropy", "clipfrac", "approx_kl")}
         step_in_accumulation = 0
         self.optimizer.zero_grad(set_to_none=True)
-        for idx, logits, values in self.passes.minibatches(ids, attn, T):
+        for idx, logits, values in self.passes.minibatches(self, ids, attn, T):
             new_logprobs = selective_log_softmax(logits, response[idx])
             m = mask[idx]
             pg_loss, pg_stats = policy_loss(new_logprobs, s["logprobs"][idx], advantages[idx], m, c.cliprange)

@@ -2,16 +2,19 @@
 
 A PPO update scores the batch once without gradients (the "old" log-probs and values), then
 runs ``ppo_epochs`` forward passes with gradients over shuffled minibatches
-(:class:`~agents.learners.ppo.UpdatePasses`). When one minibatch is the whole batch (the
-reproduction's settings: batch 32, mini-batch 32), the first training pass sees the same
-weights and inputs as the scoring pass, dropout is off, and only the order differs. So its
-detached outputs, put back in the batch's order, are the old ones, and the scoring pass can be
-skipped: one forward pass fewer per update (about 1 in 14 forward-equivalents of one; figures in
-docs/benchmarks.md). The update agrees with the plain schedule to floating-point rounding
-(tests/test_training.py), and the minibatch shuffling draws the same random numbers.
+(:class:`~agents.learners.ppo.UpdatePasses`). When one minibatch is the whole batch (as with
+``--preset paper-imdb``: batch 256, mini-batch 256), the first training pass sees the same
+weights and inputs as the scoring pass, and only the order differs. With dropout off its
+detached outputs, put back in the batch's order, are the old ones, so the scoring pass can be
+skipped: one forward pass fewer per update, out of about 14 forward-equivalents with 4 epochs
+(the reference's pass, the scoring pass, then per epoch a forward and a backward of about two)
+or 5 with one. The update agrees with the plain schedule to floating-point rounding (tests/test_training.py)
+and the minibatch shuffling draws the same random numbers. ``benchmarks/iteration.py
+--scoring-reuse-ablation`` times both (docs/benchmarks.md).
 
-The :class:`~agents.training.trainer.Trainer` switches it on for PPO learners unless
-``--no-reuse-scoring-pass``; :func:`reuse_scoring_pass` does it for a learner built by hand.
+The ``ppo`` learner factory (:mod:`agents.training.build`) switches it on unless
+``--no-reuse-scoring-pass``; :func:`reuse_scoring_pass` does it for a learner built by hand. A
+model with active dropout keeps the separate scoring pass, whose eval-mode outputs differ.
 """
 
 from __future__ import annotations
@@ -23,19 +26,22 @@ import torch
 from agents.learners.ppo import PPOLearner, UpdatePasses
 
 
-class ReusedScoringPass(UpdatePasses):
+class ScoringReusePasses(UpdatePasses):
     """:class:`~agents.learners.ppo.UpdatePasses` whose scoring pass is epoch 0's training pass
-    when a minibatch holds the whole batch (otherwise the plain passes)."""
+    when a minibatch holds the whole batch and dropout is off (otherwise the plain passes).
 
-    def __init__(self, learner: PPOLearner):
-        super().__init__(learner)
+    The training pass is held from :meth:`score` to the first minibatch of the
+    :meth:`minibatches` that follows it, over the same batch, as ``PPOLearner.learn`` calls them."""
+
+    def __init__(self) -> None:
         self._first: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
-    def score(self, ids: torch.Tensor, attn: torch.Tensor, T: int) -> tuple[torch.Tensor, torch.Tensor]:
-        learner = self.learner
+    def score(
+        self, learner: PPOLearner, ids: torch.Tensor, attn: torch.Tensor, T: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         self._first = None
-        if learner.config.mini_batch_size != ids.shape[0]:
-            return super().score(ids, attn, T)
+        if learner.config.mini_batch_size != ids.shape[0] or has_dropout(learner.model):
+            return super().score(learner, ids, attn, T)
         learner.model.train()
         order = torch.randperm(ids.shape[0], generator=learner.generator).to(learner.device)  # epoch 0's order
         logits, values = learner._forward(ids[order], attn[order], T)
@@ -44,18 +50,30 @@ class ReusedScoringPass(UpdatePasses):
         return logits.detach()[inverse], values.detach()[inverse]
 
     def minibatches(
-        self, ids: torch.Tensor, attn: torch.Tensor, T: int, epochs: int | None = None
+        self, learner: PPOLearner, ids: torch.Tensor, attn: torch.Tensor, T: int, epochs: int | None = None
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         first, self._first = self._first, None
-        epochs = self.learner.config.ppo_epochs if epochs is None else epochs
+        epochs = learner.config.ppo_epochs if epochs is None else epochs
         if first is not None and epochs > 0:
+            if first[0].shape[0] != ids.shape[0]:
+                raise RuntimeError("minibatches() over another batch than the score() before it")
             yield first
             del first  # freed once the first minibatch is done with it
             epochs -= 1
-        yield from super().minibatches(ids, attn, T, epochs)
+        yield from super().minibatches(learner, ids, attn, T, epochs)
+
+
+def has_dropout(model: torch.nn.Module) -> bool:
+    """Whether a training-mode forward pass of ``model`` drops anything: an ``nn.Dropout`` with
+    ``p > 0``, or attention dropout (Llama-style ``attention_dropout``)."""
+    for m in model.modules():
+        rate = m.p if isinstance(m, torch.nn.Dropout) else getattr(m, "attention_dropout", 0.0)
+        if isinstance(rate, (int, float)) and rate > 0:
+            return True
+    return False
 
 
 def reuse_scoring_pass(learner: PPOLearner) -> PPOLearner:
-    """Give ``learner`` the scoring schedule of this module (in place; returns it)."""
-    learner.passes = ReusedScoringPass(learner)
+    """Give ``learner`` the schedule of passes of this module (in place; returns it)."""
+    learner.passes = ScoringReusePasses()
     return learner

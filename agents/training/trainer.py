@@ -255,7 +255,12 @@ class Trainer:
 
     # ------------------------------------------------------------------ loop
     def rollout(self) -> dict[str, tuple[Episode, dict[str, Any]]]:
-        """Play one batched episode; return each learner's episode and final info."""
+        """Play one batched episode; return each learner's episode and final info.
+
+        Under CORY ``self.game`` is the environment in its two wrappers: at ``reset`` the role exchange
+        seats each learner at its chain position for this episode, and at the episode's end the
+        collective reward gives every learner the sum of the task rewards (the final ``info``'s
+        ``reward``; ``task_reward`` is its own)."""
         self.game.reset(seed=self.data_parallel.seed(self.config.seed) if self.iteration == 0 else None)
         finals = {}
         with self.data_parallel.gathered(self.policies.values()):  # FSDP: whole weights while acting
