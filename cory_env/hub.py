@@ -20,15 +20,42 @@ import functools
 import os
 import socket
 import threading
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
 from urllib.parse import urlsplit
 
-__all__ = ["PROBE_TIMEOUT_S", "forced_offline", "hub_offline", "hub_reachable", "offline_error_hint", "offline_reason"]
+__all__ = [
+    "PROBE_TIMEOUT_S", "DatasetUnavailableError", "forced_offline", "hub_else_embedded", "hub_offline", "hub_reachable",
+    "offline_error_hint", "offline_reason",
+]  # fmt: skip
+
+T = TypeVar("T")
 
 PROBE_TIMEOUT_S: float = 3.0
 """Seconds the network probe waits for a TCP connection to the Hub."""
 
 _TRUE = {"1", "ON", "YES", "TRUE"}
+
+
+class DatasetUnavailableError(RuntimeError):
+    """A data set cannot be loaded here (for example: offline and not cached)."""
+
+
+def hub_else_embedded(
+    hub: Callable[[], Iterable[T]], embedded: Callable[[], Iterable[T]], *, hub_name: str, embedded_name: str,
+    what: str, split: str, logger: logging.Logger,
+) -> list[T]:  # fmt: skip
+    """The Hub data set when it can be loaded here, else the embedded one (``source="auto"`` of the
+    task loaders); an info line on ``logger`` says which, and why."""
+    try:
+        items = list(hub())
+    except DatasetUnavailableError as exc:
+        logger.info("%s: using the embedded %s (%s split), because %s is unavailable: %s",
+                    what, embedded_name, split, hub_name, str(exc).split("\n")[0])  # fmt: skip
+        return list(embedded())
+    logger.info("%s: using %s (%s split, %d %s)", what, hub_name, split, len(items), what.split()[-1])
+    return items
 
 
 def _endpoint() -> str:

@@ -36,10 +36,9 @@ import re
 import tomllib
 from typing import Any
 
-from cory_env.hub import forced_offline, hub_offline, offline_reason
+from cory_env.hub import DatasetUnavailableError, forced_offline, hub_else_embedded, hub_offline, offline_reason
 from cory_env.prompts import Prompt, PromptList
 from cory_env.rewards.gsm8k import canonical_number
-from cory_env.tasks.sentiment import DatasetUnavailableError
 
 logger = logging.getLogger(__name__)
 
@@ -93,17 +92,9 @@ def load_gsm8k(source: str = "auto", split: str = "train") -> list[Prompt]:
         return list(_hub_problems(split))
     if source == "gsm_symbolic":
         return list(_embedded_problems()[SPLITS.index(split)])
-    try:
-        problems = list(_hub_problems(split))
-    except DatasetUnavailableError as exc:
-        logger.info(
-            "gsm8k problems: using the embedded GSM-Symbolic problems (%s split), because GSM8K is unavailable: %s",
-            split,
-            str(exc).split("\n")[0],
-        )
-        return list(_embedded_problems()[SPLITS.index(split)])
-    logger.info("gsm8k problems: using %s (%s split, %d problems)", GSM8K_NAME, split, len(problems))
-    return problems
+    return hub_else_embedded(lambda: _hub_problems(split), lambda: _embedded_problems()[SPLITS.index(split)],
+                             hub_name=GSM8K_NAME, embedded_name="GSM-Symbolic problems", what="gsm8k problems",
+                             split=split, logger=logger)  # fmt: skip
 
 
 def _prompt(question: str, solution: str) -> Prompt:

