@@ -5,8 +5,12 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import shutil
 import stat
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -276,3 +280,20 @@ def test_evaluate_and_export_refuse_an_old_checkpoint_unless_trusted(tmp_path):
         export_model.main(["--checkpoint", str(tmp_path)])
     assert "--trust-checkpoint" in export_model.build_parser().format_help()
     assert not marker.exists()
+
+
+def test_a_checkpoint_written_before_the_move_resumes_exactly(tmp_path):
+    """cory-env at 7662da4, when agents/ was one flat folder, wrote this run's checkpoint after 2 of
+    its 4 iterations (tests/old_checkpoint.py): resumed by today's code, the run goes on exactly as
+    the old code went on."""
+    golden = Path(__file__).parent / "data" / "checkpoint_before_the_move"
+    shutil.copytree(golden / "stopped", tmp_path / "stopped")
+    subprocess.run([sys.executable, "-m", "tests.old_checkpoint", "--resume", str(tmp_path)],
+                   cwd=Path(__file__).parents[1], check=True, capture_output=True,
+                   env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    resumed = pd.read_csv(tmp_path / "stopped" / "metrics.csv").drop(columns=["tokens_per_s", "seconds"])
+    before = pd.read_csv(golden / "whole_metrics.csv")
+    assert resumed["iteration"].tolist() == [0, 1, 2, 3]
+    assert list(resumed.columns) == list(before.columns)
+    # Equal in every bit on the machine that wrote them; other CPUs may round differently.
+    np.testing.assert_allclose(resumed.to_numpy(), before.to_numpy(), rtol=1e-6, atol=1e-9)
