@@ -88,3 +88,15 @@ def test_learners_and_their_math_never_import_a_speed_mechanism():
             imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
             imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
             assert not [m for m in imported if m.startswith("agents.speed")], path.name
+
+
+def test_one_thing_is_named_learners_and_the_old_name_of_the_other_still_imports():
+    import cory_env.wrappers
+    from agents.training.build import LEARNERS
+
+    assert callable(LEARNERS["ppo"])  # the learner registry
+    with pytest.warns(DeprecationWarning, match="LEARNER_NAMES"):
+        from cory_env.wrappers import LEARNERS as names
+    assert names == cory_env.wrappers.LEARNER_NAMES == ("llm_0", "llm_1")
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        cory_env.wrappers.nothing  # noqa: B018

@@ -34,12 +34,21 @@ To resume a run, set :attr:`episodes` (episodes played so far) before the next `
 from __future__ import annotations
 
 import copy
+import warnings
 from typing import Any
 
 from pettingzoo import AECEnv
 from pettingzoo.utils.wrappers import BaseWrapper
 
-LEARNERS = ("llm_0", "llm_1")  # a chain of two; learner_names(n) for any
+#: The learners of a chain of two (``learner_names(n)`` for any length).
+LEARNER_NAMES = ("llm_0", "llm_1")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "LEARNERS":  # its name until cory-env 0.1; agents.training.build.LEARNERS is the learner registry
+        warnings.warn("cory_env.wrappers.LEARNERS is now LEARNER_NAMES", DeprecationWarning, stacklevel=2)
+        return LEARNER_NAMES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def learner_names(n: int) -> tuple[str, ...]:
