@@ -27,10 +27,10 @@ WRAPS = {
 pytestmark = pytest.mark.filterwarnings("ignore:Sequence has shape")  # Tianshou's stats over 2 agents' returns
 
 
-def toy_env(B=None, **kwargs):
+def toy_env(B=None, context_length=32, **kwargs):
     return cory_env.env(
         num_conversations=B, tokenizer=toy_tokenizer(), prompts=TOY_PROMPTS, reward_fn=fraction_good,
-        max_new_tokens=4, context_length=32, observer_template="{query} {response} {query}", **kwargs,
+        max_new_tokens=4, context_length=context_length, observer_template="{query} {response} {query}", **kwargs,
     )  # fmt: skip
 
 
@@ -40,12 +40,13 @@ def random_agents(env: PettingZooEnv) -> MultiAgentOffPolicyAlgorithm:
     return MultiAgentOffPolicyAlgorithm(algorithms=algorithms, env=env)
 
 
+@pytest.mark.parametrize("n", [2, 3])
 @pytest.mark.parametrize("wrap", WRAPS)
 @pytest.mark.parametrize("B", FORMS)
-def test_dummy_vector_env_collects_episodes(B, wrap):
+def test_dummy_vector_env_collects_episodes(B, wrap, n):
     # The single form works as it is; the batched form needs the adapter (MultiDiscrete actions get no mask).
     def make():
-        e = WRAPS[wrap](toy_env(B))
+        e = WRAPS[wrap](toy_env(B) if n == 2 else toy_env(B, num_agents=n, context_length=48))
         return PettingZooEnv(e if B is None else ActionMaskWrapper(e))
 
     np.random.seed(0)
@@ -55,12 +56,13 @@ def test_dummy_vector_env_collects_episodes(B, wrap):
     collector.reset()
     stats = collector.collect(n_episode=6)
     assert stats.n_collected_episodes == 6
-    assert ((2 <= stats.lens) & (stats.lens <= 8)).all()  # two turns of 1 to 4 tokens
-    assert stats.returns.shape == (6, 2)  # one return per agent (PettingZooEnv's reward list)
-    top = 2.0 if wrap == "stack" else 1.0  # the collective reward sums both task rewards
+    assert ((n <= stats.lens) & (stats.lens <= 4 * n)).all()  # n turns of 1 to 4 tokens
+    assert stats.returns.shape == (6, n)  # one return per agent (PettingZooEnv's reward list)
+    top = float(n) if wrap == "stack" else 1.0  # the collective reward sums the task rewards
     assert ((0 <= stats.returns) & (stats.returns <= top)).all()
     if wrap == "stack":
-        np.testing.assert_allclose(stats.returns[:, 0], stats.returns[:, 1])
+        for k in range(1, n):
+            np.testing.assert_allclose(stats.returns[:, 0], stats.returns[:, k])
     data, _ = collector.buffer.sample(0)  # every stored transition
     assert data.act.dtype == np.int64 and data.act.shape[1:] == (() if B is None else (B,))
     # Rewards are paid at the episode's end: only the last transition of an episode has any.

@@ -26,7 +26,7 @@ from agents.integrations.torchrl import (  # noqa: E402
     token_critic,
 )
 from cory_env import CollectiveRewardWrapper, RoleExchangeWrapper  # noqa: E402
-from cory_env.pioneer_observer import ROLES  # noqa: E402
+from cory_env.pioneer_observer import chain_roles  # noqa: E402
 from cory_env.tasks.toy import TOY_PROMPTS, fraction_good, toy_tokenizer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,10 +35,10 @@ GOOD, BAD = 6, 7  # toy token ids
 pytestmark = pytest.mark.filterwarnings("ignore:PettingZoo in TorchRL is tested using version")
 
 
-def toy_env(B=None, **kwargs):
+def toy_env(B=None, context_length=32, **kwargs):
     return cory_env.env(
         numeric_infos=True, num_conversations=B, tokenizer=toy_tokenizer(), prompts=TOY_PROMPTS,
-        reward_fn=fraction_good, max_new_tokens=4, context_length=32,
+        reward_fn=fraction_good, max_new_tokens=4, context_length=context_length,
         observer_template="{query} {response} {query}", **kwargs,
     )  # fmt: skip
 
@@ -50,28 +50,32 @@ WRAPS = {
 FORMS = [None, 3]
 
 
-def build(api, B, wrap):
-    aec = WRAPS[wrap](toy_env(B))
+def build(api, B, wrap, n=2):
+    aec = WRAPS[wrap](toy_env(B) if n == 2 else toy_env(B, num_agents=n, context_length=48))
     return PettingZooWrapper(env=aec if api == "aec" else cory_env.to_parallel(aec), use_mask=True, seed=0)
 
 
+@pytest.mark.parametrize("n", [2, 3])
 @pytest.mark.parametrize("wrap", WRAPS)
 @pytest.mark.parametrize("B", FORMS)
 @pytest.mark.parametrize("api", ["aec", "parallel"])
-def test_wrapper_passes_check_env_specs_and_rolls_out_episodes(api, B, wrap):
-    env = build(api, B, wrap)
+def test_wrapper_passes_check_env_specs_and_rolls_out_episodes(api, B, wrap, n):
+    env = build(api, B, wrap, n)
     check_env_specs(env)
+    assert sorted(a for agents in env.group_map.values() for a in agents) == sorted(env.unwrapped.possible_agents
+                                                                                    if wrap == "plain" else
+                                                                                    [f"llm_{i}" for i in range(n)])
     rollout = env.rollout(100, break_when_any_done=True)  # one whole episode, TorchRL's random policy
     done = rollout["next", "done"].squeeze(-1)
     assert done[-1] and not done[:-1].any()
-    assert len(rollout) <= 8  # two turns of at most 4 tokens
+    assert len(rollout) <= 4 * n  # n turns of at most 4 tokens
     transcript = env.unwrapped.last_transcript  # the texts of the episode TorchRL just played
     for group, agents in env.group_map.items():
         mask = rollout[group, "mask"]
         if api == "aec":  # one agent acts per step
             assert mask.shape[-1] == len(agents)
         for i, agent in enumerate(agents):
-            role = ROLES[int(rollout["next", group, "info", "role"][-1, i])]
+            role = chain_roles(n)[int(rollout["next", group, "info", "role"][-1, i])]
             paid = np.asarray(transcript[role]["reward"], dtype=np.float32)
             per_conversation = rollout["next", group, "info", "reward"][-1, i].numpy()
             np.testing.assert_allclose(per_conversation, paid, rtol=1e-6)
@@ -83,7 +87,7 @@ def test_wrapper_passes_check_env_specs_and_rolls_out_episodes(api, B, wrap):
         acting = torch.cat([rollout[g, "mask"] for g in env.group_map], dim=-1)
         assert (acting.sum(-1) == 1).all()
     longer = env.rollout(60, break_when_any_done=False)  # TorchRL resets after each episode
-    assert longer["next", "done"].sum() >= 60 // 8
+    assert longer["next", "done"].sum() >= 60 // (4 * n)
 
 
 def test_per_conversation_rewards_reach_torchrl():
