@@ -10,20 +10,23 @@ token of the trained role's response; the other role's turn is played inside
 | `"pioneer"`  | `None`                         | the pioneer alone (`with_observer=False`): the paper's PPO baseline |
 | `"pioneer"`  | plays the observer             | the pioneer; the observer answers after it, before the reward  |
 | `"observer"` | plays the pioneer (required)   | the observer, prompted with the fixed pioneer's answer         |
+| any agent of a chain (`num_agents=N`) | plays the others: one callable, or `{agent: callable}` | that position; the earlier agents answer before its turn, the later ones after it |
 
 * Observation: the role's AEC observation, a ``Dict`` of ``input_ids``,
   ``attention_mask``, ``past_length``, ``num_new_tokens``, ``role`` (see
   :mod:`cory_env.pioneer_observer`). Action: ``Discrete(vocab_size)``, one token id.
 * Reward: 0 until the role's response ends, then its task reward, or with
-  ``collective_reward=True`` the sum of both roles' task rewards (CORY's reward).
+  ``collective_reward=True`` the sum of every agent's task reward (CORY's reward).
 * ``terminated`` is ``True`` at the end of the role's response (a stop token or
   ``max_new_tokens``); ``truncated`` is always ``False``. The final ``info`` has
   ``query``, ``context``, ``response``, ``response_length``, ``task_reward`` and
-  ``reward``, and ``other_response``/``other_task_reward`` when another role played.
+  ``reward``, and ``other_response``/``other_task_reward`` when another role played (in a chain
+  of more than two, ``other_responses``/``other_task_rewards``: one per other agent, by name).
 * Only the single form: for many conversations use a vector environment
   (``gymnasium.make_vec`` or SB3's ``make_vec_env``).
 
-``other_policy(observation) -> token id`` receives the other role's AEC observation.
+``other_policy(observation) -> token id`` receives the other role's AEC observation (a mapping
+``{agent: policy}`` gives each other agent of a chain its own).
 Resets are reproducible under ``reset(seed=...)`` when ``other_policy`` is
 deterministic (or seeded by you).
 
@@ -41,14 +44,14 @@ Registered as ``"cory/PioneerObserverRole-v0"``:
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium
 import numpy as np
 from pettingzoo import AECEnv
 
-from cory_env.pioneer_observer import OBSERVER, PIONEER, ROLES, PioneerObserverEnv
+from cory_env.pioneer_observer import OBSERVER, PIONEER, ROLES, PioneerObserverEnv, chain_roles
 from cory_env.pioneer_observer import env as make_aec_env
 from cory_env.wrappers import CollectiveRewardWrapper
 
@@ -61,8 +64,10 @@ class RoleEnv(gymnasium.Env):
     """One role of the pioneer/observer game as a single-agent Gymnasium environment.
 
     Args:
-        role: the trained role, ``"pioneer"`` or ``"observer"``.
-        other_policy: ``callable(observation) -> token id`` that plays the other role;
+        role: the trained role, ``"pioneer"`` or ``"observer"``; in a chain of ``num_agents=N``
+            (or an ``env`` of N agents) any of its agents, e.g. ``"observer_1"``.
+        other_policy: ``callable(observation) -> token id`` that plays the other role (in a
+            chain: every other agent, or a mapping ``{agent: callable}`` with one for each);
             required for ``"observer"``; ``None`` for ``"pioneer"`` trains it alone.
         env: an AEC pioneer/observer environment (single form, possibly wrapped, e.g. in
             :class:`~cory_env.CollectiveRewardWrapper`) instead of ``env_kwargs``.
@@ -85,33 +90,37 @@ class RoleEnv(gymnasium.Env):
         render_mode: str | None = None,
         **env_kwargs: Any,
     ):
-        if role not in ROLES:
-            raise ValueError(f"role must be one of {list(ROLES)}, got {role!r}")
-        if other_policy is not None and not callable(other_policy):
+        if other_policy is not None and not callable(other_policy) and not isinstance(other_policy, Mapping):
             hint = (
                 "; for a Stable-Baselines3 model pass `lambda obs: model.predict(obs, deterministic=True)[0]`"
                 if hasattr(other_policy, "predict")
                 else ""
             )
             raise TypeError(f"other_policy must be a callable(observation) -> token id, got {other_policy!r:.80}{hint}")
-        if role == OBSERVER and other_policy is None:
-            raise ValueError(
-                "role='observer' needs other_policy, a callable(observation) -> token id that plays the pioneer "
-                "(the observer answers after the pioneer's response)"
-            )
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(
                 f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r} "
                 f"(Stable-Baselines3's make_vec_env asks for 'rgb_array' unless env_kwargs has render_mode=None)"
             )
-        other = OBSERVER if role == PIONEER else PIONEER
         if env is None:
             if "with_observer" in env_kwargs:
                 raise TypeError(
                     "RoleEnv sets with_observer itself: role='pioneer' with other_policy=None trains the pioneer "
                     "alone, with an other_policy the observer plays after it"
                 )
-            env = make_aec_env(with_observer=other_policy is not None, render_mode=render_mode, **env_kwargs)
+            chain = "num_agents" in env_kwargs
+            roles = chain_roles(env_kwargs["num_agents"]) if chain else ROLES
+            if role not in roles:
+                hint = "" if chain else " (another position of a longer chain: give num_agents=N)"
+                raise ValueError(f"role must be one of {list(roles)}, got {role!r}{hint}")
+            if role == OBSERVER and other_policy is None:
+                raise ValueError(
+                    "role='observer' needs other_policy, a callable(observation) -> token id that plays the pioneer "
+                    "(the observer answers after the pioneer's response)"
+                )
+            if not chain:
+                env_kwargs["with_observer"] = other_policy is not None
+            env = make_aec_env(render_mode=render_mode, **env_kwargs)
         else:
             if env_kwargs:
                 raise TypeError(
@@ -127,8 +136,8 @@ class RoleEnv(gymnasium.Env):
                 )
             if role not in env.possible_agents:
                 raise ValueError(
-                    f"the environment's agents are {env.possible_agents}, not the roles {list(ROLES)}: "
-                    f"RoleEnv trains one fixed role, so do not wrap the environment in RoleExchangeWrapper"
+                    f"role {role!r} is not one of the environment's agents {env.possible_agents}: RoleEnv trains "
+                    f"one fixed position of the chain, so do not wrap the environment in RoleExchangeWrapper"
                 )
         base = env.unwrapped
         if base.batched:
@@ -136,19 +145,31 @@ class RoleEnv(gymnasium.Env):
                 f"RoleEnv is the single form (num_conversations=None), got num_conversations={base.num_conversations}; "
                 f"for many conversations use a vector environment: gymnasium.make_vec(...) or SB3's make_vec_env(...)"
             )
-        has_other = other in env.possible_agents
-        if has_other and other_policy is None:
+        others = tuple(a for a in env.possible_agents if a != role)
+        if others and other_policy is None:
             raise ValueError(
-                f"the environment has an {other}, so other_policy must play it; "
-                f"or pass with_observer=False to train the pioneer alone"
+                f"the environment has {', '.join(others)} besides the {role}, so other_policy must play "
+                f"{'it' if len(others) == 1 else 'them'}; or pass with_observer=False to train the pioneer alone"
             )
-        if not has_other and other_policy is not None:
-            raise ValueError(f"other_policy was given but the environment has no {other} (with_observer=False)")
+        if not others and other_policy is not None:
+            raise ValueError("other_policy was given but the environment has no observer (with_observer=False): "
+                             "the pioneer plays alone")
+        if isinstance(other_policy, Mapping):
+            if set(other_policy) != set(others):
+                raise ValueError(
+                    f"other_policy must map each other agent to its policy: {list(others)}, got {sorted(other_policy)}"
+                )
+            bad = [a for a, p in other_policy.items() if not callable(p)]
+            if bad:
+                raise TypeError(f"other_policy[{bad[0]!r}] must be a callable(observation) -> token id")
         if collective_reward:
             env = CollectiveRewardWrapper(env)
 
-        self.role, self.other = role, other
-        self.other_policy = other_policy if has_other else None
+        #: The trained agent, and the agents that ``other_policy`` plays, in chain order.
+        self.role, self.others = role, others
+        #: The other agent of a chain of two (``None`` alone or in a longer chain).
+        self.other = others[0] if len(others) == 1 else None
+        self.other_policy = other_policy if others else None
         self.aec = env
         self.render_mode = base.render_mode
         # Copies: seeding these spaces must not change the AEC environment's ones.
@@ -181,8 +202,10 @@ class RoleEnv(gymnasium.Env):
     def _play_other(self) -> None:
         """Let other_policy act until it is the trained role's turn or the episode is over."""
         base = self.aec.unwrapped
-        while not base.episode_over and self.aec.agent_selection == self.other:
-            self.aec.step(self.other_policy(self.aec.observe(self.other)))
+        while not base.episode_over and self.aec.agent_selection != self.role:
+            agent = self.aec.agent_selection
+            policy = self.other_policy[agent] if isinstance(self.other_policy, Mapping) else self.other_policy
+            self.aec.step(policy(self.aec.observe(agent)))
 
     def _observe(self) -> dict[str, np.ndarray]:
         # Gymnasium's users keep what they are given: copies, not the AEC environment's
@@ -191,9 +214,13 @@ class RoleEnv(gymnasium.Env):
 
     def _info(self) -> dict[str, Any]:
         info = dict(self.aec.infos[self.role])
-        if self.other_policy is not None and "response" in self.aec.infos[self.other]:
+        answered = [a for a in self.others if "response" in self.aec.infos[a]]
+        if self.other is not None and answered:
             info["other_response"] = self.aec.infos[self.other]["response"]
             info["other_task_reward"] = self.aec.infos[self.other]["task_reward"]
+        elif self.other is None and answered:  # a longer chain
+            info["other_responses"] = {a: self.aec.infos[a]["response"] for a in answered}
+            info["other_task_rewards"] = {a: self.aec.infos[a]["task_reward"] for a in answered}
         return info
 
     def render(self) -> str | None:

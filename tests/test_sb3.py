@@ -22,10 +22,14 @@ BAD = 7  # toy token id of "bad"
 
 
 def env_kwargs(role: str) -> dict:
+    """The toy task for one role: the pioneer alone, the observer after a pioneer that says "bad",
+    or ``observer_1``, the middle of a chain of three whose other agents say "bad" (its context is
+    the observer's, so it learns as the observer does; observer_2 answers after it)."""
+    chain = dict(num_agents=3, context_length=48) if role == "observer_1" else dict(context_length=32)
     return dict(
-        role=role, other_policy=(lambda obs: BAD) if role == "observer" else None, tokenizer=toy_tokenizer(),
-        prompts=TOY_PROMPTS, reward_fn=fraction_good, max_new_tokens=4, context_length=32,
-        observer_template="{query} {response} {query}", render_mode=None,
+        role=role, other_policy=(lambda obs: BAD) if role != "pioneer" else None, tokenizer=toy_tokenizer(),
+        prompts=TOY_PROMPTS, reward_fn=fraction_good, max_new_tokens=4,
+        observer_template="{query} {response} {query}", render_mode=None, **chain,
     )  # fmt: skip
 
 
@@ -50,7 +54,7 @@ def test_extractor_rejects_the_batched_form():
         TokenEmbeddingExtractor(batched.observation_space("pioneer"))
 
 
-@pytest.mark.parametrize("role", ["pioneer", "observer"])
+@pytest.mark.parametrize("role", ["pioneer", "observer", "observer_1"])
 def test_ppo_raises_the_reward(role, tmp_path):
     """2048 PPO steps (~2 s): the mean reward on the same 200 evaluation prompts rises from ~0.07 to >0.5."""
     kwargs = env_kwargs(role)

@@ -185,3 +185,51 @@ def test_registered_role_env_defaults_to_the_paper_ppo_baseline(embedded_tokeniz
     assert e.action_space == gymnasium.spaces.Discrete(len(embedded_tokenizer))
     _, _, terminated, _, _ = e.step(embedded_tokenizer.eos_token_id)
     assert terminated
+
+
+@pytest.fixture(scope="module")
+def chain_kwargs(toy_kwargs):
+    return {**toy_kwargs, "num_agents": 3, "context_length": 48}
+
+
+def always(token):
+    return lambda obs: token
+
+
+@pytest.mark.parametrize("collective", [False, True])
+@pytest.mark.parametrize("role", ["pioneer", "observer_1", "observer_2"])
+def test_any_position_of_a_chain_passes_gymnasium_env_checker(chain_kwargs, role, collective):
+    check_env(RoleEnv(role, echo_policy, collective_reward=collective, **chain_kwargs), skip_render_check=True)
+
+
+def test_a_middle_position_of_a_chain_sees_the_earlier_answer_and_earns_the_collective_reward(chain_kwargs):
+    others = {"pioneer": always(BAD), "observer_2": always(GOOD)}
+    e = gymnasium.make(cory_env.ROLE_ENV_ID, role="observer_1", other_policy=others, collective_reward=True,
+                       **chain_kwargs)  # fmt: skip
+    obs, info = e.reset(seed=0)
+    assert obs["role"][0] == 1
+    assert info["other_responses"] == {"pioneer": "bad bad bad bad"}  # it answered before this turn
+    steps, reward, info = play(e, [GOOD] * 4, seed=0)
+    assert steps == 4
+    assert info["response"] == "good good good good" and info["task_reward"] == 1.0
+    assert info["other_responses"] == {"pioneer": "bad bad bad bad", "observer_2": "good good good good"}
+    assert info["other_task_rewards"] == {"pioneer": 0.0, "observer_2": 1.0}
+    assert reward == pytest.approx(0.0 + 1.0 + 1.0)  # the collective reward: the chain's sum
+    assert "bad bad bad bad" in info["context"]  # its prompt holds the pioneer's answer
+    alone = RoleEnv("observer_1", others, **chain_kwargs)
+    assert play(alone, [GOOD] * 4, seed=0)[1] == 1.0  # its own task reward
+
+
+def test_bad_input_for_a_chain(chain_kwargs, toy_kwargs):
+    with pytest.raises(ValueError, match="num_agents=N"):
+        RoleEnv("observer_1", echo_policy, **toy_kwargs)
+    with pytest.raises(ValueError, match=r"role must be one of \['pioneer', 'observer_1', 'observer_2'\]"):
+        RoleEnv("observer", echo_policy, **chain_kwargs)
+    with pytest.raises(ValueError, match="other_policy must play them"):
+        RoleEnv("observer_2", **chain_kwargs)
+    with pytest.raises(ValueError, match=r"each other agent.*\['pioneer', 'observer_2'\]"):
+        RoleEnv("observer_1", {"pioneer": echo_policy}, **chain_kwargs)
+    with pytest.raises(TypeError, match=r"other_policy\['observer_2'\] must be a callable"):
+        RoleEnv("observer_1", {"pioneer": echo_policy, "observer_2": 5}, **chain_kwargs)
+    with pytest.raises(ValueError, match="not one of the environment's agents"):
+        RoleEnv("observer", echo_policy, env=cory_env.env(**chain_kwargs))
