@@ -44,17 +44,17 @@ class DatasetUnavailableError(RuntimeError):
 
 def hub_else_embedded(
     hub: Callable[[], Iterable[T]], embedded: Callable[[], Iterable[T]], *, hub_name: str, embedded_name: str,
-    what: str, split: str, logger: logging.Logger,
+    what: str, unit: str, split: str, logger: logging.Logger,
 ) -> list[T]:  # fmt: skip
     """The Hub data set when it can be loaded here, else the embedded one (``source="auto"`` of the
-    task loaders); an info line on ``logger`` says which, and why."""
+    task loaders); an info line on ``logger`` says which (counting the items as ``unit``), and why."""
     try:
         items = list(hub())
     except DatasetUnavailableError as exc:
         logger.info("%s: using the embedded %s (%s split), because %s is unavailable: %s",
                     what, embedded_name, split, hub_name, str(exc).split("\n")[0])  # fmt: skip
         return list(embedded())
-    logger.info("%s: using %s (%s split, %d %s)", what, hub_name, split, len(items), what.split()[-1])
+    logger.info("%s: using %s (%s split, %d %s)", what, hub_name, split, len(items), unit)
     return items
 
 

@@ -60,6 +60,14 @@ ROLE_ENV_ID = "cory/PioneerObserverRole-v0"
 Policy = Callable[[dict[str, np.ndarray]], Any]
 
 
+def _needs_policy(role: str) -> str:
+    if role == OBSERVER:
+        return ("role='observer' needs other_policy, a callable(observation) -> token id that plays the pioneer "
+                "(the observer answers after the pioneer's response)")  # fmt: skip
+    return (f"role={role!r} needs other_policy, a callable(observation) -> token id that plays the chain's other "
+            f"agents (or a mapping {{agent: policy}} with one for each)")  # fmt: skip
+
+
 class RoleEnv(gymnasium.Env):
     """One role of the pioneer/observer game as a single-agent Gymnasium environment.
 
@@ -71,7 +79,7 @@ class RoleEnv(gymnasium.Env):
             required for ``"observer"``; ``None`` for ``"pioneer"`` trains it alone.
         env: an AEC pioneer/observer environment (single form, possibly wrapped, e.g. in
             :class:`~cory_env.CollectiveRewardWrapper`) instead of ``env_kwargs``.
-        collective_reward: reward the sum of both roles' task rewards instead of the role's own.
+        collective_reward: reward the sum of every agent's task reward instead of the role's own.
         render_mode: ``"human"`` or ``"ansi"`` (passed to the AEC environment).
         **env_kwargs: arguments of :class:`~cory_env.PioneerObserverEnv` (tokenizer,
             prompts, reward_fn, max_new_tokens, context_length, ...); ``with_observer``
@@ -90,13 +98,24 @@ class RoleEnv(gymnasium.Env):
         render_mode: str | None = None,
         **env_kwargs: Any,
     ):
-        if other_policy is not None and not callable(other_policy) and not isinstance(other_policy, Mapping):
-            hint = (
-                "; for a Stable-Baselines3 model pass `lambda obs: model.predict(obs, deterministic=True)[0]`"
-                if hasattr(other_policy, "predict")
-                else ""
-            )
-            raise TypeError(f"other_policy must be a callable(observation) -> token id, got {other_policy!r:.80}{hint}")
+        chain = env is None and env_kwargs.get("num_agents") is not None
+        if env is None:
+            roles = chain_roles(env_kwargs["num_agents"]) if chain else ROLES
+            if role not in roles:
+                longer = not chain and isinstance(role, str) and role.startswith(f"{OBSERVER}_")
+                hint = " (a position of a longer chain: give num_agents=N)" if longer else ""
+                raise ValueError(f"role must be one of {list(roles)}, got {role!r}{hint}")
+        for name, policy in (other_policy.items() if isinstance(other_policy, Mapping) else [("", other_policy)]):
+            if policy is not None and not callable(policy):
+                hint = (
+                    "; for a Stable-Baselines3 model pass `lambda obs: model.predict(obs, deterministic=True)[0]`"
+                    if hasattr(policy, "predict")
+                    else ""
+                )
+                what = f"other_policy[{name!r}]" if name else "other_policy"
+                raise TypeError(f"{what} must be a callable(observation) -> token id, got {policy!r:.80}{hint}")
+        if env is None and role != PIONEER and other_policy is None:
+            raise ValueError(_needs_policy(role))
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(
                 f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r} "
@@ -107,16 +126,6 @@ class RoleEnv(gymnasium.Env):
                 raise TypeError(
                     "RoleEnv sets with_observer itself: role='pioneer' with other_policy=None trains the pioneer "
                     "alone, with an other_policy the observer plays after it"
-                )
-            chain = "num_agents" in env_kwargs
-            roles = chain_roles(env_kwargs["num_agents"]) if chain else ROLES
-            if role not in roles:
-                hint = "" if chain else " (another position of a longer chain: give num_agents=N)"
-                raise ValueError(f"role must be one of {list(roles)}, got {role!r}{hint}")
-            if role == OBSERVER and other_policy is None:
-                raise ValueError(
-                    "role='observer' needs other_policy, a callable(observation) -> token id that plays the pioneer "
-                    "(the observer answers after the pioneer's response)"
                 )
             if not chain:
                 env_kwargs["with_observer"] = other_policy is not None
@@ -134,11 +143,13 @@ class RoleEnv(gymnasium.Env):
                     f"render_mode={render_mode!r} differs from the environment's {env.unwrapped.render_mode!r}; "
                     f"set it when creating the AEC environment"
                 )
-            if role not in env.possible_agents:
+            if list(env.possible_agents) != list(env.unwrapped.possible_agents):
                 raise ValueError(
-                    f"role {role!r} is not one of the environment's agents {env.possible_agents}: RoleEnv trains "
-                    f"one fixed position of the chain, so do not wrap the environment in RoleExchangeWrapper"
+                    f"the environment's agents are {env.possible_agents}, not its chain's {env.unwrapped.possible_agents}: "
+                    f"RoleEnv trains one fixed position, so do not wrap the environment in RoleExchangeWrapper"
                 )
+            if role not in env.possible_agents:
+                raise ValueError(f"role must be one of the environment's agents {list(env.possible_agents)}, got {role!r}")
         base = env.unwrapped
         if base.batched:
             raise ValueError(
@@ -147,21 +158,20 @@ class RoleEnv(gymnasium.Env):
             )
         others = tuple(a for a in env.possible_agents if a != role)
         if others and other_policy is None:
+            if role != env.possible_agents[0]:
+                raise ValueError(_needs_policy(role))
             raise ValueError(
-                f"the environment has {', '.join(others)} besides the {role}, so other_policy must play "
-                f"{'it' if len(others) == 1 else 'them'}; or pass with_observer=False to train the pioneer alone"
+                f"the environment has {' and '.join(others)} besides the {role}, so other_policy must play "
+                f"{'it' if len(others) == 1 else 'them'}; or pass an environment with with_observer=False "
+                f"to train the pioneer alone"
             )
         if not others and other_policy is not None:
-            raise ValueError("other_policy was given but the environment has no observer (with_observer=False): "
-                             "the pioneer plays alone")
-        if isinstance(other_policy, Mapping):
-            if set(other_policy) != set(others):
-                raise ValueError(
-                    f"other_policy must map each other agent to its policy: {list(others)}, got {sorted(other_policy)}"
-                )
-            bad = [a for a, p in other_policy.items() if not callable(p)]
-            if bad:
-                raise TypeError(f"other_policy[{bad[0]!r}] must be a callable(observation) -> token id")
+            raise ValueError("other_policy was given but the environment has no observer (a chain of one): "
+                             "the pioneer plays alone")  # fmt: skip
+        if isinstance(other_policy, Mapping) and set(other_policy) != set(others):
+            raise ValueError(
+                f"other_policy must map each other agent to its policy: {list(others)}, got {list(other_policy)}"
+            )
         if collective_reward:
             env = CollectiveRewardWrapper(env)
 

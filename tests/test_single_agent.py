@@ -225,11 +225,19 @@ def test_bad_input_for_a_chain(chain_kwargs, toy_kwargs):
         RoleEnv("observer_1", echo_policy, **toy_kwargs)
     with pytest.raises(ValueError, match=r"role must be one of \['pioneer', 'observer_1', 'observer_2'\]"):
         RoleEnv("observer", echo_policy, **chain_kwargs)
-    with pytest.raises(ValueError, match="other_policy must play them"):
+    with pytest.raises(ValueError, match="'observer_2' needs other_policy.*chain's other agents"):
         RoleEnv("observer_2", **chain_kwargs)
+    with pytest.raises(ValueError, match="has observer_1 and observer_2 besides the pioneer, so other_policy must play them"):
+        RoleEnv("pioneer", **chain_kwargs)
     with pytest.raises(ValueError, match=r"each other agent.*\['pioneer', 'observer_2'\]"):
         RoleEnv("observer_1", {"pioneer": echo_policy}, **chain_kwargs)
     with pytest.raises(TypeError, match=r"other_policy\['observer_2'\] must be a callable"):
         RoleEnv("observer_1", {"pioneer": echo_policy, "observer_2": 5}, **chain_kwargs)
-    with pytest.raises(ValueError, match="not one of the environment's agents"):
+    with pytest.raises(ValueError, match=r"one of the environment's agents \['pioneer', 'observer_1', 'observer_2'\]"):
         RoleEnv("observer", echo_policy, env=cory_env.env(**chain_kwargs))
+    with pytest.raises(ValueError, match="RoleExchangeWrapper"):  # a learner's name is no fixed position
+        RoleEnv("llm_0", echo_policy, env=RoleExchangeWrapper(cory_env.env(**chain_kwargs)))
+    with pytest.raises(TypeError, match=r"other_policy\['pioneer'\] must be a callable"):
+        RoleEnv("observer", {"pioneer": 3}, **toy_kwargs)
+    # num_agents=None is the default chain of two, as for the AEC environment.
+    assert RoleEnv("observer", echo_policy, num_agents=None, **toy_kwargs).others == ("pioneer",)

@@ -24,7 +24,7 @@ WRAPS = {
     "plain": lambda e: e,
     "stack": lambda e: RoleExchangeWrapper(CollectiveRewardWrapper(e), period=1),  # as the trainer composes them
 }
-pytestmark = pytest.mark.filterwarnings("ignore:Sequence has shape")  # Tianshou's stats over 2 agents' returns
+pytestmark = pytest.mark.filterwarnings("ignore:Sequence has shape")  # Tianshou's stats over the agents' returns
 
 
 def toy_env(B=None, context_length=32, **kwargs):

@@ -43,7 +43,7 @@ class TokenEmbeddingExtractor(BaseFeaturesExtractor):
     The features are ``ReLU(W [mean_pool ; last ; role] + b)``: the mean of the token
     embeddings over ``attention_mask`` (what the context says), the embedding of the
     newest token (the last column, where the observation puts it), and the role
-    (0 pioneer, 1 observer). Order beyond the newest token is ignored: enough for
+    (the chain position: 0 pioneer, 1 observer, ...). Order beyond the newest token is ignored: enough for
     tasks that reward what is said, not long-range structure.
 
     Args:

@@ -94,7 +94,7 @@ def load_gsm8k(source: str = "auto", split: str = "train") -> list[Prompt]:
         return list(_embedded_problems()[SPLITS.index(split)])
     return hub_else_embedded(lambda: _hub_problems(split), lambda: _embedded_problems()[SPLITS.index(split)],
                              hub_name=GSM8K_NAME, embedded_name="GSM-Symbolic problems", what="gsm8k problems",
-                             split=split, logger=logger)  # fmt: skip
+                             unit="problems", split=split, logger=logger)  # fmt: skip
 
 
 def _prompt(question: str, solution: str) -> Prompt:

@@ -78,7 +78,7 @@ def load_reviews(source: str = "auto", split: str = "train") -> list[str]:
         return list(_rotten_tomatoes_reviews()[SPLITS.index(split)])
     return hub_else_embedded(lambda: _imdb_reviews(split), lambda: _rotten_tomatoes_reviews()[SPLITS.index(split)],
                              hub_name="IMDB", embedded_name="Rotten Tomatoes reviews", what="sentiment reviews",
-                             split=split, logger=logger)  # fmt: skip
+                             unit="reviews", split=split, logger=logger)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- IMDB
