@@ -7,10 +7,11 @@ extractor (agents/integrations/sb3.py). No language model: one CPU core is enoug
     python examples/train_sb3.py                                  # the pioneer alone
     python examples/train_sb3.py --role observer                  # the observer, after a fixed pioneer
     python examples/train_sb3.py --role pioneer --with-observer --collective-reward
+    python examples/train_sb3.py --num-agents 3 --role observer_1   # the middle of a chain of three
     python examples/train_sb3.py --target-word great --timesteps 8192 --out runs/sb3
     python examples/train_sb3.py --echo          # reward repeating the query's last word
 
-The fixed other role says ``--other-word`` every step. Prints the mean reward of the
+The fixed other roles say ``--other-word`` every step. Prints the mean reward of the
 policy before and after training (same prompts), and a few responses; with --out,
 writes metrics.csv, samples.jsonl, task_reward.png and the SB3 model (model.zip).
 """
@@ -33,7 +34,8 @@ from cory_env.tasks.toy import TOY_PROMPTS, add_task_arguments, reward_from_argu
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_task_arguments(p)
+    add_task_arguments(p, roles=None)
+    p.add_argument("--num-agents", type=int, default=2, help="agents in the chain; the others say --other-word")
     p.add_argument("--timesteps", type=int, default=4096, help="PPO environment steps (tokens)")
     p.add_argument("--envs", type=int, default=4, help="environments (conversations) per rollout")
     p.add_argument("--max-new-tokens", type=int, default=4, help="tokens per response at most")
@@ -49,10 +51,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     tokenizer = toy_tokenizer()
     other_token = tokenizer.convert_tokens_to_ids(args.other_word)
-    other_policy = (lambda obs: other_token) if args.role == "observer" or args.with_observer else None
+    others = args.role != "pioneer" or args.with_observer or args.num_agents > 2
+    other_policy = (lambda obs: other_token) if others else None
+    chain = {"num_agents": args.num_agents} if args.num_agents != 2 else {}
     env_kwargs = dict(
         role=args.role,
         other_policy=other_policy,
@@ -64,7 +69,12 @@ def main(argv: list[str] | None = None) -> None:
         context_length=32,
         observer_template="{query} {response} {query}",  # in the toy vocabulary
         render_mode=None,  # make_vec_env would ask for "rgb_array"
+        **chain,
     )
+    try:
+        cory_env.RoleEnv(**env_kwargs)  # bad flags fail here, with the environment's message
+    except (ValueError, TypeError) as exc:
+        parser.error(str(exc).replace("num_agents=N", "--num-agents N"))
     venv = make_vec_env(cory_env.ROLE_ENV_ID, n_envs=args.envs, seed=args.seed, env_kwargs=env_kwargs)
     eval_env = make_vec_env(cory_env.ROLE_ENV_ID, n_envs=args.envs, env_kwargs=env_kwargs)
     model = PPO(
@@ -93,6 +103,8 @@ def main(argv: list[str] | None = None) -> None:
             action, _ = model.predict(obs, deterministic=False)
             obs, reward, done, _, info = single.step(action)
         other = f"  (other role: {info['other_response']!r})" if "other_response" in info else ""
+        if "other_responses" in info:  # a longer chain
+            other = f"  (others: {info['other_responses']})"
         print(f"  {info['query']!r} -> {info['response']!r}  reward {reward:.2f}{other}")
 
     if args.out:

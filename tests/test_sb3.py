@@ -94,9 +94,10 @@ def test_ppo_policy_reads_its_context():
     assert greedy.mean() > 0.6, (before.mean(), greedy.mean())
 
 
-def test_example_runs(tmp_path):
+@pytest.mark.parametrize("role", [["--role", "observer"], ["--role", "observer_1", "--num-agents", "3"]])
+def test_example_runs(tmp_path, role):
     out = tmp_path / "run"
-    args = ["--timesteps", "1024", "--eval-episodes", "40", "--role", "observer", "--out", str(out)]
+    args = ["--timesteps", "1024", "--eval-episodes", "40", *role, "--out", str(out)]
     result = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "train_sb3.py"), *args],
         capture_output=True, text=True, timeout=300, cwd=ROOT,
@@ -105,3 +106,10 @@ def test_example_runs(tmp_path):
     assert "mean reward over 40 episodes: before" in result.stdout
     assert (out / "task_reward.png").stat().st_size > 0 and (out / "model.zip").exists()
     PPO.load(out / "model.zip")
+
+
+def test_example_names_a_position_outside_the_chain():
+    result = subprocess.run([sys.executable, str(ROOT / "examples" / "train_sb3.py"), "--role", "observer_1"],
+                            capture_output=True, text=True, timeout=120, cwd=ROOT)  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "got 'observer_1' (a position of a longer chain: give --num-agents N)" in result.stderr

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 TOY_WORDS = "the movie was good bad great fine awful ok plot acting film is not very".split()
@@ -74,16 +75,22 @@ def fraction_good(queries: list[str], responses: list[str], **_: Any) -> list[fl
     return fraction_of_word(queries, responses, "good")
 
 
-def add_task_arguments(parser: argparse.ArgumentParser) -> None:
+def add_task_arguments(parser: argparse.ArgumentParser, roles: Sequence[str] | None = ("pioneer", "observer")) -> None:
     """The toy task's flags, shared by the examples that train one role with another library
-    (examples/train_sb3.py, examples/train_torchrl.py); :func:`reward_from_arguments` reads them."""
-    parser.add_argument("--role", choices=["pioneer", "observer"], default="pioneer", help="the role PPO trains")
+    (examples/train_sb3.py, examples/train_torchrl.py); :func:`reward_from_arguments` reads them.
+    ``roles`` are ``--role``'s choices; ``None`` leaves the check to the environment (any
+    position of a chain)."""
+    if roles is None:
+        help = "the position PPO trains: pioneer or observer, or with --num-agents N one of observer_1 ... observer_{N-1}"
+        parser.add_argument("--role", default="pioneer", help=help)
+    else:
+        parser.add_argument("--role", choices=list(roles), default="pioneer", help="the role PPO trains")
     parser.add_argument("--with-observer", action="store_true", help="role pioneer: a fixed observer answers after it")
-    parser.add_argument("--collective-reward", action="store_true", help="reward the sum of both roles' task rewards")
+    parser.add_argument("--collective-reward", action="store_true", help="reward the sum of every agent's task reward")
     parser.add_argument("--target-word", default="good", choices=TOY_WORDS, help="the word the reward counts")
     parser.add_argument("--echo", action="store_true",
                         help="reward repeating the query's last word instead (the policy must read its context)")  # fmt: skip
-    parser.add_argument("--other-word", default="bad", choices=TOY_WORDS, help="what the fixed other role says")
+    parser.add_argument("--other-word", default="bad", choices=TOY_WORDS, help="what the fixed other roles say")
 
 
 def reward_from_arguments(args: argparse.Namespace) -> Any:
