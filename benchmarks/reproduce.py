@@ -78,13 +78,13 @@ CONFIGS: dict[str, list[str]] = {
     "cory-no-rex": ["--algo", "cory", "--no-role-exchange"],
     "cory-3-agents": ["--algo", "cory", "--num-agents", "3"],  # the Teams experiment (docs/teams.md), not the paper's
 }
-#: The paper's configurations: what the study runs and reports unless --configs says otherwise.
-PAPER_CONFIGS = ("ppo", "cory", "cory-no-kt", "cory-no-rex")
 COMMON = ["--checkpoint-every", "5", "--tensorboard", "false", "--save-model", "false"]
 #: Flags the study sets itself: a pass-through flag may not set them.
 PER_RUN = ("--algo", "--seed", "--out", "--resume", "--overwrite", "--iterations", "--no-knowledge-transfer",
-           "--no-role-exchange")  # fmt: skip
+           "--no-role-exchange", "--num-agents")  # fmt: skip
 BASELINE, FULL, ABLATIONS = "ppo", "cory", ("cory-no-kt", "cory-no-rex")
+#: The paper's configurations: what the study runs and reports unless --configs says otherwise.
+PAPER_CONFIGS = (BASELINE, FULL, *ABLATIONS)
 METRICS = {"task_reward_mean": "task reward", "kl": "KL", "combined_reward": "combined reward"}
 CONFIDENCE = 0.95
 SIMILAR_REWARD = 0.05  # claim (a): rewards this close count as similar whatever their interval

@@ -28,7 +28,7 @@ import pandas as pd
 from agents.evaluation.statistics import mean_ci, welch_test
 from agents.training.metrics import read_metrics
 from agents.training.plots import learner_columns, plot_comparison
-from benchmarks.reproduce import METRICS, REPO, copy_runs, difference, iterations_done, run_dir
+from benchmarks.reproduce import METRICS, REPO, copy_runs, curve, difference, iterations_done, run_dir
 
 CONFIGS = {"cory": "CORY, 2 agents", "cory-3-agents": "CORY, 3 agents"}
 BEGIN, END = "<!-- experiment -->", "<!-- /experiment -->"
@@ -40,11 +40,6 @@ def run_folder(root: Path, config: str, seed: int) -> Path | None:
         if iterations_done(folder):
             return folder
     return None
-
-
-def learners_mean(df: pd.DataFrame, metric: str) -> pd.Series:
-    columns = list(learner_columns(df, metric).values())
-    return df.set_index("iteration")[columns].mean(axis=1).sort_index()
 
 
 def by_position(df: pd.DataFrame, metric: str = "task_reward_mean") -> pd.DataFrame:
@@ -70,7 +65,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--root", default=str(Path.home() / ".cache" / "cory_env" / "reproduce"),
                         help="where benchmarks/reproduce.py keeps the runs")  # fmt: skip
     parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--iterations", type=int, default=60, help="iterations a finished run has")
     parser.add_argument("--final-window", type=int, default=5, help="iterations at the end that the finals average")
     parser.add_argument("--report", default=str(REPO / "docs" / "teams"))
     parser.add_argument("--page", default=str(REPO / "docs" / "teams.md"), help="the page whose section is rewritten")
@@ -81,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     frames = {c: {s: read_metrics(f) for s, f in fs.items()} for c, fs in folders.items()}
     report.mkdir(parents=True, exist_ok=True)
 
-    finals = {c: {m: [float(learners_mean(df, m).iloc[-w:].mean()) for df in dfs.values()] for m in METRICS}
+    finals = {c: {m: [float(curve(df, m).iloc[-w:].mean()) for df in dfs.values()] for m in METRICS}
               for c, dfs in frames.items()}  # fmt: skip
     lines = [f"Final values: the mean of the last {w} iterations of each run (the mean over its learners), then "
              f"over seeds, with 95% t-intervals; the difference is Welch's test of 3 agents against 2.", "",

@@ -17,11 +17,13 @@ and :func:`check_prompts_fit` raise :class:`PromptTooLongError` naming the fix.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from cory_env.templates import Template, render
 
 
 class PromptTooLongError(ValueError):
@@ -62,9 +64,9 @@ class Turn:
 
     def window(self) -> tuple[np.ndarray, np.ndarray]:
         """The observed context: ``(input_ids, attention_mask)``, ``(B, L)`` read-only views."""
-        ids, mask = (a[:, self.t : self.t + self.context_length] for a in (self.tokens, self.mask))
-        ids.flags.writeable = False
-        mask.flags.writeable = False
+        t, L = self.t, self.context_length
+        ids, mask = self.tokens[:, t : t + L], self.mask[:, t : t + L]
+        ids.flags.writeable = mask.flags.writeable = False
         return ids, mask
 
     @property
@@ -145,6 +147,22 @@ def check_prompts_fit(tokenizers: Sequence[Any], role: str, texts: list[str], qu
                 f"{int(lengths[worst])}, for the query {queries[worst][:120]!r}. Raise context_length to "
                 f"{int(lengths.max())} (at most the model's window), lower max_new_tokens, or drop the longest prompts."
             )
+
+
+def check_chain_prompts_fit(positions: Iterable[tuple[str, Template, int]], queries: list[str],
+                            tokenizers: Sequence[Any], context_length: int, max_new_tokens: int) -> None:  # fmt: skip
+    """:func:`check_prompts_fit` for every position of a chain, given as ``(role, template, answer
+    slots)``: each prompt with the longest response and, in each slot, an earlier answer as long.
+    Positions whose prompts are the same (a default chain's later agents) are checked once, as the
+    one of them that needs the most room."""
+    needs: dict[tuple[str, ...], tuple[int, str]] = {}
+    for k, (role, template, slots) in enumerate(positions):
+        texts = tuple(render(template, q, responses=[""] * k) for q in queries)
+        extra = max_new_tokens * (1 + slots)
+        if extra > needs.get(texts, (-1, ""))[0]:
+            needs[texts] = (extra, role)
+    for texts, (extra, role) in needs.items():
+        check_prompts_fit(tokenizers, role, list(texts), queries, extra, context_length, max_new_tokens)
 
 
 def new_token_range(max_new_tokens: int | tuple[int, int]) -> tuple[int, int]:

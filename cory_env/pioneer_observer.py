@@ -149,8 +149,8 @@ from pettingzoo.utils import AgentSelector
 from cory_env.context import (
     PromptTooLongError,  # noqa: F401 (raised by reset and check_prompts; exported from here)
     Turn,
+    check_chain_prompts_fit,
     check_context_length,
-    check_prompts_fit,
     empty_context,
     new_token_range,
     tokenize_fitting,
@@ -259,8 +259,6 @@ class PioneerObserverEnv(AECEnv):
         if not isinstance(numeric_infos, bool):
             raise TypeError(f"numeric_infos must be True or False, got {numeric_infos!r}")
 
-        #: The pioneer's tokenizer (every agent's, unless the team is of different models: :attr:`tokenizers`).
-        self.tokenizer = first.tokenizer
         self.prompt_source = as_prompt_source(prompts)
         self.reward_fn = reward_fn
         self.batched = num_conversations is not None
@@ -268,26 +266,38 @@ class PioneerObserverEnv(AECEnv):
         self.max_new_tokens_range = new_token_range(max_new_tokens)
         self.context_length = int(context_length)
         self.templates = chain_templates(roles, templates, pioneer_template, observer_template, knowledge_transfer)
+        # Room each position's prompt keeps for the earlier answers it names, in units of max_new_tokens.
+        self._answer_slots = [response_slots(t, k) if knowledge_transfer else 0 for k, t in enumerate(self.templates)]
         self.pioneer_template = self.templates[0]
         self.observer_template = self.templates[1] if len(roles) > 1 else observer_template
         self.knowledge_transfer = knowledge_transfer
         self.numeric_infos = numeric_infos
         self._last_transcript: dict[str, dict[str, Any]] | None = None
         self.render_mode = render_mode
-        # The pioneer's tokens (each agent's own are in its speaker, self.speaker(agent)).
-        self.vocab_size, self.pad_token_id, self.stop_token_ids = first.vocab_size, first.pad_token_id, first.stop_token_ids
         tokenizers = [s.tokenizer for s in self._speakers]
         check_context_length(self.context_length, self.max_new_tokens_range[1], tokenizers, roles)
 
         self.possible_agents = list(roles)
-        self._seat(list(range(len(roles))))
+        self._slot = {agent: i for i, agent in enumerate(roles)}  # whose speaker sits at each position
         B, L, batched = self.num_conversations, self.context_length, self.batched
         # One observation and action space per agent; an agent seated at another position (a team of
         # different models under role exchange) brings its own.
-        self.agent_spaces = agent_spaces(self._speakers, len(roles), B, L, batched)
-        self.state_space = state_space(self._speakers, len(roles), B, L, batched)
+        self.agent_spaces = agent_spaces(self._speakers, B, L, batched)
+        self.state_space = state_space(self._speakers, B, L, batched)
         self._role_arrays = {a: _frozen(np.array([i], dtype=np.int64)) for i, a in enumerate(roles)}
-        self._empty_contexts = {id(s): empty_context(s.pad_token_id, B, L) for s in self._speakers}
+        self._empty_contexts = {s: empty_context(s.pad_token_id, B, L) for s in self._speakers}
+
+    # Agent 0's (the first learner's) tokens; each agent's own are in its speaker, self.speaker(agent).
+    tokenizer = property(lambda self: self._speakers[0].tokenizer, doc="Agent 0's tokenizer (every agent's, unless "
+                         "the team is of different models: :attr:`tokenizers`).")  # fmt: skip
+    vocab_size = property(lambda self: self._speakers[0].vocab_size, doc="Agent 0's vocabulary size.")
+    pad_token_id = property(lambda self: self._speakers[0].pad_token_id, doc="Agent 0's padding token.")
+    stop_token_ids = property(lambda self: self._speakers[0].stop_token_ids, doc="The tokens that end agent 0's turn.")
+
+    @property
+    def seating(self) -> list[int]:
+        """Which agent's speaker plays each chain position (identity unless ``reset(options={"seating": ...})``)."""
+        return [self._slot[a] for a in self.possible_agents]
 
     @property
     def tokenizers(self) -> list[Any]:
@@ -304,10 +314,6 @@ class PioneerObserverEnv(AECEnv):
         """The :class:`~cory_env.speakers.Speaker` (tokenizer, vocabulary, special tokens) of ``agent``'s seat."""
         return self._speakers[self._slot[agent]]
 
-    def _seat(self, seating: list[int]) -> None:
-        #: Which agent's speaker plays each chain position (identity unless reset(options={"seating": ...})).
-        self.seating = seating
-        self._slot = {agent: i for agent, i in zip(self.possible_agents, seating)}  # one lookup per token step
 
     def observation_space(self, agent: str) -> gymnasium.spaces.Dict:
         return self.agent_spaces[self._slot[agent]][0]
@@ -321,7 +327,8 @@ class PioneerObserverEnv(AECEnv):
         speaker (tokenizer, vocabulary) at position ``k`` for this and later episodes (a
         permutation; :class:`~cory_env.RoleExchangeWrapper` rotates a team of different models so)."""
         if options and "seating" in options:
-            self._seat(check_seating(options["seating"], len(self.possible_agents)))
+            seating = check_seating(options["seating"], len(self.possible_agents))
+            self._slot = dict(zip(self.possible_agents, seating))  # one lookup per token step
         if seed is not None or not hasattr(self, "np_random"):
             self.np_random, self.np_random_seed = seeding.np_random(seed)
         B = self.num_conversations
@@ -351,11 +358,10 @@ class PioneerObserverEnv(AECEnv):
         self._start_turn(PIONEER, [render(self.templates[0], q) for q in self.queries])
         # A later agent's prompt grows with the earlier answers: check the worst case now
         # rather than fail in the middle of the episode.
+        L, T = self.context_length, self.max_new_tokens
         for k, role in enumerate(self.possible_agents[1:], start=1):
-            reserved = self.max_new_tokens * response_slots(self.templates[k], k) if self.knowledge_transfer else 0
             texts = [render(self.templates[k], q, responses=[""] * k) for q in self.queries]
-            L, T = self.context_length, self.max_new_tokens
-            tokenize_fitting(self.speaker(role).tokenizer, texts, role, L, T, reserved)
+            tokenize_fitting(self.speaker(role).tokenizer, texts, role, L, T, T * self._answer_slots[k])
 
     def check_prompts(self, prompts: Sequence[Prompt | str] | None = None) -> None:
         """Check that every prompt fits the context with the longest responses (``max_new_tokens``'
@@ -371,12 +377,9 @@ class PioneerObserverEnv(AECEnv):
                 return
             prompts = self.prompt_source.prompts
         queries = [p.query if isinstance(p, Prompt) else str(p) for p in prompts]
-        hi = self.max_new_tokens_range[1]
         tokenizers = list({id(s.tokenizer): s.tokenizer for s in self._speakers}.values())  # any may sit anywhere
-        for k, role in enumerate(self.possible_agents):
-            texts = [render(self.templates[k], q, responses=[""] * k) for q in queries]
-            extra = hi + (hi * response_slots(self.templates[k], k) if self.knowledge_transfer else 0)
-            check_prompts_fit(tokenizers, role, texts, queries, extra, self.context_length, hi)
+        positions = zip(self.possible_agents, self.templates, self._answer_slots)
+        check_chain_prompts_fit(positions, queries, tokenizers, self.context_length, self.max_new_tokens_range[1])
 
     def _start_turn(self, role: str, texts: list[str]) -> None:
         """Tokenize the role's prompts and lay them out for its turn (:class:`~cory_env.context.Turn`)."""
@@ -387,7 +390,7 @@ class PioneerObserverEnv(AECEnv):
     def observe(self, agent: str) -> dict[str, np.ndarray]:
         turn = self._turns.get(agent)
         if turn is None:  # before its turn
-            (ids, mask), past, new = self._empty_contexts[id(self.speaker(agent))], 0, 0
+            (ids, mask), past, new = self._empty_contexts[self.speaker(agent)], 0, 0
         else:
             (ids, mask), past, new = turn.window(), turn.past_length, turn.num_new_tokens
         if not self.batched:

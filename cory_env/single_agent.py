@@ -82,8 +82,9 @@ class RoleEnv(gymnasium.Env):
         collective_reward: reward the sum of every agent's task reward instead of the role's own.
         render_mode: ``"human"`` or ``"ansi"`` (passed to the AEC environment).
         **env_kwargs: arguments of :class:`~cory_env.PioneerObserverEnv` (tokenizer,
-            prompts, reward_fn, max_new_tokens, context_length, ...); ``with_observer``
-            follows from ``role`` and ``other_policy``.
+            prompts, reward_fn, max_new_tokens, context_length, num_agents, ...). Without
+            ``num_agents`` the chain follows from ``role`` and ``other_policy``: the pioneer alone
+            (``other_policy=None``) or a chain of two; ``with_observer`` is not taken.
     """
 
     metadata = {"render_modes": ["human", "ansi"], "render_fps": 1}  # text, printed once per episode
@@ -98,13 +99,15 @@ class RoleEnv(gymnasium.Env):
         render_mode: str | None = None,
         **env_kwargs: Any,
     ):
-        chain = env is None and env_kwargs.get("num_agents") is not None
         if env is None:
-            roles = chain_roles(env_kwargs["num_agents"]) if chain else ROLES
+            given = env_kwargs.get("num_agents") is not None
+            if not given:  # the pioneer alone, or a chain of two
+                env_kwargs["num_agents"] = 1 if role == PIONEER and other_policy is None else 2
+            roles = chain_roles(env_kwargs["num_agents"])
             if role not in roles:
-                longer = not chain and isinstance(role, str) and role.startswith(f"{OBSERVER}_")
+                longer = not given and isinstance(role, str) and role.startswith(f"{OBSERVER}_")
                 hint = " (a position of a longer chain: give num_agents=N)" if longer else ""
-                raise ValueError(f"role must be one of {list(roles)}, got {role!r}{hint}")
+                raise ValueError(f"role must be one of {list(roles if given else ROLES)}, got {role!r}{hint}")
         for name, policy in (other_policy.items() if isinstance(other_policy, Mapping) else [("", other_policy)]):
             if policy is not None and not callable(policy):
                 hint = (
@@ -127,8 +130,6 @@ class RoleEnv(gymnasium.Env):
                     "RoleEnv sets with_observer itself: role='pioneer' with other_policy=None trains the pioneer "
                     "alone, with an other_policy the observer plays after it"
                 )
-            if not chain:
-                env_kwargs["with_observer"] = other_policy is not None
             env = make_aec_env(render_mode=render_mode, **env_kwargs)
         else:
             if env_kwargs:
@@ -188,6 +189,8 @@ class RoleEnv(gymnasium.Env):
         self._done = True
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        if options and "seating" in options:  # it would give the role another model's spaces
+            raise ValueError("RoleEnv trains one fixed position with its own spaces: reset takes no 'seating' option")
         super().reset(seed=seed)
         self.aec.reset(seed=seed, options=options)
         self._done = False

@@ -7,7 +7,6 @@ global state (:meth:`~cory_env.PioneerObserverEnv.state`) is a Box over every ro
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,14 +17,15 @@ from cory_env.speakers import Speaker
 
 
 def agent_spaces(
-    speakers: Sequence[Speaker], num_roles: int, num_conversations: int, context_length: int, batched: bool
+    speakers: Sequence[Speaker], num_conversations: int, context_length: int, batched: bool
 ) -> list[tuple[gymnasium.spaces.Dict, gymnasium.spaces.Space]]:
-    """One ``(observation_space, action_space)`` per agent, each its own object (seeded independently)."""
-    B, L = num_conversations, context_length
+    """One ``(observation_space, action_space)`` per agent (one speaker each), each its own object
+    (seeded independently)."""
+    B, L, num_roles = num_conversations, context_length, len(speakers)
     shape = (B, L) if batched else (L,)
     scalar = lambda high: gymnasium.spaces.Box(0, high, shape=(1,), dtype=np.int64)  # noqa: E731
     spaces = []
-    for k, speaker in enumerate(speakers):
+    for speaker in speakers:
         V = speaker.vocab_size
         obs = gymnasium.spaces.Dict(
             {
@@ -37,15 +37,15 @@ def agent_spaces(
             }
         )
         act = gymnasium.spaces.MultiDiscrete(np.full(B, V, dtype=np.int64)) if batched else gymnasium.spaces.Discrete(V)
-        spaces.append((obs, act) if k == 0 else (copy.deepcopy(obs), copy.deepcopy(act)))
+        spaces.append((obs, act))
     return spaces
 
 
 def state_space(
-    speakers: Sequence[Speaker], num_roles: int, num_conversations: int, context_length: int, batched: bool
+    speakers: Sequence[Speaker], num_conversations: int, context_length: int, batched: bool
 ) -> gymnasium.spaces.Box:
     """Token ids of every role's window, ``-1`` where masked: ``(B, R, L)``, or ``(R, L)`` unbatched."""
-    B, L = num_conversations, context_length
+    B, L, num_roles = num_conversations, context_length, len(speakers)
     high = max(s.vocab_size for s in speakers) - 1
     return gymnasium.spaces.Box(-1, high, shape=(B, num_roles, L) if batched else (num_roles, L), dtype=np.int64)
 

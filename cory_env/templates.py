@@ -76,7 +76,7 @@ def check_template(template: Template, *, allow_response: bool = True, name: str
         position = 1 if allow_response else 0
     used = fields_of(template, name)
     earlier = [f"response_{j}" for j in range(1, position + 1)]
-    allowed = ["query", *(["response", "responses", *earlier] if position else [])]
+    allowed = [*FIELDS, *earlier] if position else ["query"]
     for f in used:
         if f in allowed:
             continue

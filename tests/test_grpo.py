@@ -149,7 +149,7 @@ def test_learners_satisfy_the_interface_and_grpo_has_no_value_head(toy_model, tm
     learner = trainer.learners["pioneer"]
     assert isinstance(learner, GRPOLearner) and isinstance(learner, Learner)
     assert not hasattr(learner.model, "v_head")
-    assert sum(p.numel() for p in learner._params) == sum(p.numel() for p in learner.model.parameters())
+    assert sum(p.numel() for p in learner.steps.params) == sum(p.numel() for p in learner.model.parameters())
     ppo = Trainer(toy_config(toy_model, tmp_path / "ppo", algo="ppo"), prompts=PROMPTS, reward_fn=fraction_good)
     assert isinstance(ppo.learners["pioneer"], PPOLearner) and isinstance(ppo.learners["pioneer"], Learner)
 

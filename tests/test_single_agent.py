@@ -239,5 +239,7 @@ def test_bad_input_for_a_chain(chain_kwargs, toy_kwargs):
         RoleEnv("llm_0", echo_policy, env=RoleExchangeWrapper(cory_env.env(**chain_kwargs)))
     with pytest.raises(TypeError, match=r"other_policy\['pioneer'\] must be a callable"):
         RoleEnv("observer", {"pioneer": 3}, **toy_kwargs)
+    with pytest.raises(ValueError, match="no 'seating' option"):
+        RoleEnv("observer_1", echo_policy, **chain_kwargs).reset(options={"seating": [1, 0, 2]})
     # num_agents=None is the default chain of two, as for the AEC environment.
     assert RoleEnv("observer", echo_policy, num_agents=None, **toy_kwargs).others == ("pioneer",)

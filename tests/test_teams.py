@@ -366,6 +366,10 @@ def test_the_reward_benchmark_gives_cory_the_team_and_ppo_the_first_model():
     assert for_algo(train, "cory") == {"algo": "cory"}
     ppo = TrainConfig(**{**vars(train), **for_algo(train, "ppo")})
     assert ppo.learner_names() == ["pioneer"] and ppo.agent_models() == {"pioneer": "a"}
+    # A team's templates, one per agent: the PPO baseline keeps the pioneer's.
+    templated = TrainConfig(num_agents=3, templates='["P: {query}", "{query}{response}", "{query}{responses}"]')
+    ppo = TrainConfig(**{**vars(templated), **for_algo(templated, "ppo")})
+    assert ppo.template_list() == ["P: {query}"]
 
 
 def test_the_command_line_trains_a_chain_of_three_on_its_own_devices(toy_model, tmp_path, capsys):
@@ -430,4 +434,5 @@ def test_a_context_beyond_a_rotary_models_window_is_a_warning(toy_model, tmp_pat
     config = team_config(toy_model, tmp_path, num_agents=3, context_length=300, iterations=1)
     with caplog.at_level("WARNING", logger="agents"):
         Trainer(config, prompts=TOY_PROMPTS, reward_fn=fraction_good)
-    assert "--context-length 300 is beyond llm_0's model" in caplog.text
+    # Once per model, naming every learner of it.
+    assert caplog.text.count("--context-length 300 is beyond llm_0, llm_1, llm_2's model") == 1

@@ -461,7 +461,7 @@ def test_grad_norm_is_the_mean_norm_before_clipping_and_explained_variance_is_lo
     learner, episode = toy_ppo_learner(toy_model, config)
     seen = []  # the gradients' norm as each step reads them (the fused kernel clips while reading)
     learner.optimizer.register_step_pre_hook(
-        lambda *_: seen.append(float(torch.nn.utils.get_total_norm([p.grad for p in learner._params])))
+        lambda *_: seen.append(float(torch.nn.utils.get_total_norm([p.grad for p in learner.steps.params])))
     )
     stats = learner.learn(episode)
     assert len(seen) == 4 and min(seen) > 1e-3  # 2 epochs x 2 minibatches, every one clipped
@@ -521,7 +521,7 @@ def test_the_value_head_can_learn_at_its_own_rate(toy_model):
     head = {id(p) for p in learner.model.v_head.parameters()}
     rates = {(id(p) in head, g["lr"]) for g in learner.optimizer.param_groups for p in g["params"]}
     assert rates == {(False, 1e-6), (True, 1e-3)}
-    assert len(learner._params) == len(list(learner.model.trainable_parameters()))  # every weight once
+    assert len(learner.steps.params) == len(list(learner.model.trainable_parameters()))  # every weight once
     with pytest.raises(ValueError, match="value_learning_rate must be positive"):
         PPOConfig(value_learning_rate=0.0)
 

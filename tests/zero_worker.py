@@ -19,7 +19,7 @@ def zero_worker(rank: int, port: int, model: str, results: str, pythonpath: str)
         out[name] = dict(
             engine=type(engine).__name__,
             zero_optimizer=type(engine.optimizer).__name__,
-            whole=sum(p.numel() for p in learner._params),  # (the optimizer's own groups are ZeRO's partitions now)
+            whole=sum(p.numel() for p in learner.steps.params),  # (the optimizer's own groups are ZeRO's partitions now)
             adam_local=sum(s["exp_avg"].numel() for s in inner.state.values()),
         )  # fmt: skip
     Path(results, f"{rank}.json").write_text(json.dumps(out))

@@ -153,8 +153,9 @@ def for_algo(train: TrainConfig, algo: str) -> dict[str, Any]:
     baseline, trains the first agent's model alone."""
     if algo != "ppo":
         return {"algo": algo}
-    models = train.model_list()
-    return {"algo": algo, "num_agents": None, "models": "", "model": models[0] if models else train.model}
+    templates = train.template_list()
+    return {"algo": algo, "num_agents": None, "models": "", "model": next(iter(train.agent_models().values())),
+            "templates": json.dumps(templates[:1]) if templates else ""}  # fmt: skip
 
 
 def run_benchmark(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:

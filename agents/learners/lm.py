@@ -135,7 +135,6 @@ class LMLearner:
         )
         #: How the optimizer steps in this run (one process, data parallel, FSDP or ZeRO).
         self.steps = optimizer_steps(model, self.optimizer, self.data_parallel, config.max_grad_norm)
-        self._params = self.steps.params
         self.kl_ctl = (
             AdaptiveKLController(kl_coef, config.target_kl, config.kl_horizon)
             if config.adaptive_kl
@@ -212,7 +211,7 @@ class LMLearner:
     # ------------------------------------------------------------------ checkpoints
     def trainable_state_dict(self) -> dict[str, torch.Tensor]:
         """The weights this learner trains (not a shared frozen base), by parameter name."""
-        trainable = {id(p) for p in self._params}
+        trainable = {id(p) for p in self.steps.params}
         return {n: p.detach().clone() for n, p in self.model.named_parameters() if id(p) in trainable}
 
     def load_trainable_state_dict(self, state: dict[str, torch.Tensor]) -> None:
@@ -225,17 +224,10 @@ class LMLearner:
                 params[name].copy_(value)
         self.steps.weights_loaded([params[name] for name in state])
 
-    def optimizer_state_dict(self) -> dict[str, Any]:
-        """The optimizer's state as one process saves it (under DeepSpeed ZeRO: gathered, a collective)."""
-        return self.steps.state_dict()
-
-    def load_optimizer_state_dict(self, state: dict[str, Any]) -> None:
-        self.steps.load_state_dict(state)
-
     def state_dict(self) -> dict[str, Any]:
         return {
             "model": self.trainable_state_dict(),
-            "optimizer": self.optimizer_state_dict(),
+            "optimizer": self.steps.state_dict(),
             "kl_ctl": self.kl_ctl.state_dict(),
             "generator": self.generator.get_state(),
             "sampling_generator": self.sampling_generator.get_state(),
@@ -244,7 +236,7 @@ class LMLearner:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.load_trainable_state_dict(state["model"])
-        self.load_optimizer_state_dict(state["optimizer"])
+        self.steps.load_state_dict(state["optimizer"])
         self.kl_ctl.load_state_dict(state["kl_ctl"])
         self.generator.set_state(state["generator"])
         self.sampling_generator.set_state(state["sampling_generator"])

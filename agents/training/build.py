@@ -182,6 +182,7 @@ def _build_models_of(
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16
         )
     base = load_causal_lm(model, device=None if config.load_in_4bit else device, **kwargs)
+    check_position_window(config.context_length, base, names)
     disable_dropout_in_model(base)
     base.requires_grad_(False)
     if config.cpu_linear and device.type == "cpu":  # before the copies, which keep the class
@@ -196,9 +197,9 @@ def _build_models_of(
         dp.shard(base, frozen=True)  # the shared frozen reference
         return dict.fromkeys(names, base), lms
     if not config.lora:
-        on_device = {device: base}  # one frozen reference per device
-        for device in devices.values():
-            on_device.setdefault(device, copy.deepcopy(base).to(device))
+        on_device = {device: base}  # one frozen reference per device of this model's learners
+        for d in dict.fromkeys(devices[n] for n in names):
+            on_device.setdefault(d, copy.deepcopy(base).to(d))
         lms = {n: copy.deepcopy(on_device[devices[n]]).requires_grad_(True) for n in names}
         checkpoint_activations(config, *lms.values())
         references = {n: on_device[devices[n]] for n in names}
@@ -236,24 +237,23 @@ def recompute_activations(model: torch.nn.Module, on: bool) -> None:
         model.activation_checkpointing_disable()
 
 
-def check_context_length(context_length: int, policies: dict[str, torch.nn.Module]) -> None:
-    """Each learner's model must hold ``--context-length`` positions: a model with learned absolute
-    positions (GPT-2) has no position beyond its ``max_position_embeddings`` and fails here; a rotary
-    one (Llama) runs past its trained window, untrained there, so it gets a warning."""
-    for name, policy in policies.items():
-        config = getattr(policy, "config", None)
-        window = getattr(config, "max_position_embeddings", None)
-        if not isinstance(window, int) or context_length <= window:
-            continue
-        model = getattr(config, "name_or_path", "") or type(policy).__name__
-        if any(getattr(config, a, None) is not None for a in ("rope_theta", "rope_parameters", "rope_scaling")):
-            logger.warning("--context-length %d is beyond %s's model (%s) window of %d positions, on which it was "
-                           "trained (its rotary positions run on past it)", context_length, name, model, window)  # fmt: skip
-            continue
-        raise ValueError(
-            f"--context-length {context_length} does not fit {name}'s model ({model}), whose window is {window} "
-            f"positions: lower --context-length to {window} or less, or shorten the prompts"
-        )
+def check_position_window(context_length: int, model: torch.nn.Module, names: list[str]) -> None:
+    """The model of the learners ``names`` must hold ``--context-length`` positions: one with learned
+    absolute positions (GPT-2) has no position beyond its ``max_position_embeddings`` and fails here; a
+    rotary one (Llama) runs past its trained window, untrained there, so it gets a warning (once per model)."""
+    config = getattr(model, "config", None)
+    window = getattr(config, "max_position_embeddings", None)
+    if not isinstance(window, int) or context_length <= window:
+        return
+    who, name = ", ".join(names), getattr(config, "name_or_path", "") or type(model).__name__
+    if any(getattr(config, a, None) is not None for a in ("rope_theta", "rope_parameters", "rope_scaling")):
+        logger.warning("--context-length %d is beyond %s's model (%s) window of %d positions, on which it was "
+                       "trained (its rotary positions run on past it)", context_length, who, name, window)  # fmt: skip
+        return
+    raise ValueError(
+        f"--context-length {context_length} does not fit {who}'s model ({name}), whose window is {window} "
+        f"positions: lower --context-length to {window} or less, or shorten the prompts"
+    )
 
 
 def check_group_size(batch_size: int, group_size: int, learner: str) -> None:

@@ -22,6 +22,7 @@ from agents.learners.ppo import PPOConfig
 from agents.training.build import LEARNERS, check_group_size
 from cory_env.models import EMBEDDED_MODEL
 from cory_env.tasks import TASKS, Task, custom_task, get_task
+from cory_env.wrappers import learner_names
 
 ALGOS = ("cory", "ppo")
 #: ``--mini-batch-size``'s default, when it divides ``--batch-size``.
@@ -145,7 +146,7 @@ class TrainConfig:
         if self.algo == "ppo" and (self.num_agents or 1) > 1:
             raise ValueError(f"--algo ppo trains one agent, the pioneer alone; --num-agents {self.num_agents} needs --algo cory")
         models = self.model_list()
-        if models and self.algo == "ppo" and len(models) > 1:
+        if self.algo == "ppo" and len(models) > 1:
             raise ValueError(f"--algo ppo trains one agent, but --models lists {len(models)}: give one, or use --model")
         if models and self.algo == "cory" and self.num_agents is not None and len(models) != self.num_agents:
             raise ValueError(
@@ -168,14 +169,14 @@ class TrainConfig:
         return self.num_agents or len(self.model_list()) or 2
 
     def learner_names(self) -> list[str]:
-        """The learners: CORY's ``llm_0`` ... ``llm_{N-1}``, PPO's ``pioneer``."""
-        return [f"llm_{i}" for i in range(self.chain_length())] if self.algo == "cory" else ["pioneer"]
+        """The learners: CORY's ``llm_0`` ... ``llm_{N-1}`` (the role exchange's names), PPO's ``pioneer``."""
+        return list(learner_names(self.chain_length())) if self.algo == "cory" else ["pioneer"]
 
     def agent_models(self) -> dict[str, str]:
-        """Each learner's model: ``--models`` in order, or ``--model`` for all."""
-        models = self.model_list() or [self.model]
+        """Each learner's model: ``--models`` in order (``__post_init__`` checked one per learner), or
+        ``--model`` for all."""
         names = self.learner_names()
-        return dict(zip(names, models if len(models) == len(names) else models[:1] * len(names)))
+        return dict(zip(names, self.model_list() or [self.model] * len(names), strict=True))
 
     def template_list(self) -> list[str] | None:
         """``--templates`` as a list of strings, one per agent (``None`` without it)."""

@@ -36,11 +36,12 @@ MODEL_DIR = "model"
 
 
 def save_policies(
-    policies: dict[str, nn.Module], tokenizer: Any, folder: str | Path, *, sharded: bool = False, main: bool = True
+    policies: dict[str, nn.Module], tokenizers: dict[str, Any], folder: str | Path, *, sharded: bool = False,
+    main: bool = True,
 ) -> dict[str, Path]:
     """Write each policy (a causal LM, or an :class:`~agents.training.adapters.AdapterView`) to
-    ``folder/<name>`` with ``save_pretrained``, and ``tokenizer`` beside each (or, a dict by name,
-    each policy's own: a team of different models); returns the paths.
+    ``folder/<name>`` with ``save_pretrained``, and its tokenizer (``tokenizers[name]``) beside it;
+    returns the paths.
 
     In a data-parallel run every process calls this and only the ``main`` one writes; under FSDP
     (``sharded``) the weights are first gathered whole, a collective.
@@ -62,7 +63,7 @@ def save_policies(
                 shutil.rmtree(written, ignore_errors=True)  # what PEFT wrote beside the adapter (a model card)
             else:
                 policy.save_pretrained(tmp / name, state_dict=states[name])
-            (tokenizer[name] if isinstance(tokenizer, dict) else tokenizer).save_pretrained(tmp / name)
+            tokenizers[name].save_pretrained(tmp / name)
         apply_umask(tmp)
         old = folder.with_name(f".{folder.name}-old")
         if folder.exists():

@@ -37,7 +37,6 @@ from agents.speed.host_memory import retain_freed_memory
 from agents.training.build import (
     LEARNERS,
     build_models,
-    check_context_length,
     check_group_size,
     check_sharded,
     emulated_bfloat16,
@@ -132,15 +131,14 @@ class Trainer:
         models = config.agent_models()  # each learner's model; a team of different models has a tokenizer each
         loaded = {m: load_tokenizer(m) for m in dict.fromkeys(models.values())}
         self.tokenizers = {n: loaded[models[n]] for n in names}
-        tokenizer = self.tokenizers[names[0]]
+        self.tokenizer = self.tokenizers[names[0]]  # the first learner's: it selects the prompts
         # The task's data and reward before the models: a bad --task-file or --reward fails fast.
         if prompts is None:
-            prompts = self.task.prompts(tokenizer, split="train", seed=config.seed, source=prompt_source_name(config))
+            source = prompt_source_name(config)
+            prompts = self.task.prompts(self.tokenizer, split="train", seed=config.seed, source=source)
         reward = get_reward(reward_fn if reward_fn is not None else config.reward, self.device)
         references, policies = build_models(config, names, self.device, learner_devices, dp)
-        check_context_length(config.context_length, policies)  # each model's window holds the context
         self.policies = policies  # what the learners act with (gathered whole for a rollout), by learner
-        self.tokenizer = tokenizer
         sampling = dict(do_sample=True, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)
         self.learners: dict[str, Learner] = {}
         for i, name in enumerate(names):
@@ -165,7 +163,7 @@ class Trainer:
             prompts = repeat_each(prompts, group_size)
 
         base = env(
-            tokenizer=tokenizer if len(loaded) == 1 else [self.tokenizers[n] for n in names],
+            tokenizer=[self.tokenizers[n] for n in names],  # agents of one model share one speaker
             prompts=prompts,
             reward_fn=reward,
             pioneer_template=config.pioneer_template or self.task.pioneer_template,

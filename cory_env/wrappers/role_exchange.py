@@ -40,20 +40,27 @@ from typing import Any
 from pettingzoo import AECEnv
 from pettingzoo.utils.wrappers import BaseWrapper
 
-#: The learners of a chain of two (``learner_names(n)`` for any length).
-LEARNER_NAMES = ("llm_0", "llm_1")
-
-
-def __getattr__(name: str) -> Any:
-    if name == "LEARNERS":  # its name until cory-env 0.1; agents.training.build.LEARNERS is the learner registry
-        warnings.warn("cory_env.wrappers.LEARNERS is now LEARNER_NAMES", DeprecationWarning, stacklevel=2)
-        return LEARNER_NAMES
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def learner_names(n: int) -> tuple[str, ...]:
     """The learners of a chain of ``n``: ``llm_0`` ... ``llm_{n-1}``."""
     return tuple(f"llm_{i}" for i in range(n))
+
+
+#: The learners of a chain of two (``learner_names(n)`` for any length).
+LEARNER_NAMES = learner_names(2)
+
+
+def old_name(module: str, name: str) -> Any:
+    """A module's ``__getattr__`` for the names it had until cory-env 0.1: ``LEARNERS`` (now
+    :data:`LEARNER_NAMES`; ``agents.training.build.LEARNERS`` is the learner registry), with a warning
+    that names the caller's line."""
+    if name == "LEARNERS":
+        warnings.warn("cory_env.wrappers.LEARNERS is now LEARNER_NAMES", DeprecationWarning, stacklevel=3)
+        return LEARNER_NAMES
+    raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+
+def __getattr__(name: str) -> Any:
+    return old_name(__name__, name)
 
 
 class RoleExchangeWrapper(BaseWrapper):
@@ -89,7 +96,7 @@ class RoleExchangeWrapper(BaseWrapper):
         # environment seats its speaker at its position. Otherwise every role has the same spaces.
         self._seat_speakers = bool(getattr(base, "heterogeneous", False))
         if self._seat_speakers:
-            spaces = [base.agent_spaces[i] for i in range(len(roles))]
+            spaces = list(base.agent_spaces)
         else:
             for space in (env.observation_space, env.action_space):
                 if any(space(r) != space(roles[0]) for r in roles[1:]):
