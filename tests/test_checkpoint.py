@@ -33,6 +33,7 @@ from agents.training.checkpoint import (
 from agents.training.trainer import Trainer
 
 from .test_training import PROMPTS, metrics_without_timing, toy_config, toy_model  # noqa: F401 (a fixture)
+from .golden import assert_same_run
 from .toy import fraction_good
 
 
@@ -295,5 +296,5 @@ def test_a_checkpoint_written_before_the_move_resumes_exactly(tmp_path):
     before = pd.read_csv(golden / "whole_metrics.csv")
     assert resumed["iteration"].tolist() == [0, 1, 2, 3]
     assert list(resumed.columns) == list(before.columns)
-    # Equal in every bit on the machine that wrote them; other CPUs may round differently.
-    np.testing.assert_allclose(resumed.to_numpy(), before.to_numpy(), rtol=1e-6, atol=1e-9)
+    # Written on another machine: token-derived metrics exactly, the rest within a bound (tests/golden.py).
+    assert_same_run(resumed, before, "resumed")
