@@ -8,7 +8,7 @@ TORCH_VERSION ?= 2.13.0
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup demo test test-all bench docs clean
+.PHONY: setup demo test test-all test-golden bench docs clean
 
 setup: $(STAMP)
 
@@ -46,6 +46,13 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -q -m "not slow"
+
+# The comparisons with golden data written on another machine (tests/golden.py), on the kernels of a
+# CPU without vectorisation: they must pass on any CPU. .ci/run also runs the suite on AVX2 kernels.
+test-golden: setup
+	ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41 $(PY) -m pytest -q \
+		tests/test_golden.py tests/test_teams.py::test_a_chain_of_two_trains_as_before_chains_existed \
+		tests/test_checkpoint.py::test_a_checkpoint_written_before_the_move_resumes_exactly
 
 test-all: setup
 	$(PY) -m pytest -q

@@ -23,10 +23,11 @@ from typing import Any
 
 import numpy as np
 
+from cory_env.errors import UsageError
 from cory_env.templates import Template, render
 
 
-class PromptTooLongError(ValueError):
+class PromptTooLongError(UsageError):
     """A prompt (plus the tokens to generate) does not fit the context window."""
 
 
@@ -175,7 +176,7 @@ def new_token_range(max_new_tokens: int | tuple[int, int]) -> tuple[int, int]:
         except (TypeError, ValueError) as exc:
             raise TypeError(f"max_new_tokens must be an int or a (low, high) pair, got {max_new_tokens!r}") from exc
     if not 1 <= lo <= hi:
-        raise ValueError(f"max_new_tokens must satisfy 1 <= low <= high, got {max_new_tokens!r}")
+        raise UsageError(f"max_new_tokens must satisfy 1 <= low <= high, got {max_new_tokens!r}")
     return lo, hi
 
 
@@ -188,12 +189,12 @@ def check_context_length(
         window = getattr(tokenizer, "model_max_length", None)
         if window is not None and window < 10**7 and context_length > window:
             who = f" of agent {k + 1} ({roles[k]})" if len({id(t) for t in tokenizers}) > 1 else ""
-            raise ValueError(
+            raise UsageError(
                 f"context_length={context_length} exceeds the tokenizer{who}'s model_max_length={window}; "
                 f"use context_length <= {window}"
             )
     if context_length <= max_new_tokens:
-        raise ValueError(
+        raise UsageError(
             f"context_length={context_length} leaves no room for a prompt with "
             f"max_new_tokens up to {max_new_tokens}; raise context_length"
         )

@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 from urllib.parse import urlsplit
 
+from cory_env.errors import CoryError
+
 __all__ = [
     "PROBE_TIMEOUT_S", "DatasetUnavailableError", "forced_offline", "hub_else_embedded", "hub_offline", "hub_reachable",
     "offline_error_hint", "offline_reason",
@@ -38,7 +40,7 @@ PROBE_TIMEOUT_S: float = 3.0
 _TRUE = {"1", "ON", "YES", "TRUE"}
 
 
-class DatasetUnavailableError(RuntimeError):
+class DatasetUnavailableError(CoryError, RuntimeError):
     """A data set cannot be loaded here (for example: offline and not cached)."""
 
 

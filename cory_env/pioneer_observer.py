@@ -97,9 +97,19 @@ The texts are then not in the infos. :attr:`~PioneerObserverEnv.last_transcript`
 mode, kept through `reset`, so readable after a client has already started the next
 episode) holds what the default infos held at the end of the last finished episode, by
 role: `role`, `query`, `context`, `response`, `response_length`, `task_reward`, `reward`.
-Read it as `env.unwrapped.last_transcript` through wrappers. :func:`parallel_env` and
-:func:`to_parallel` also make the parallel API's `active_agent` numeric under
-`numeric_infos` (PettingZoo's conversion writes the agent's name).
+Where to read it:
+
+| API                                                    | the last finished episode's texts                        |
+|--------------------------------------------------------|----------------------------------------------------------|
+| AEC: `env(...)`, CORY's wrappers around it             | `env.last_transcript` or `env.unwrapped.last_transcript` |
+| parallel: `parallel_env(...)`, `to_parallel(aec)`      | `par.last_transcript` (from the AEC environment)         |
+| PettingZoo's `turn_based_aec_to_parallel(aec)`         | `par.unwrapped.last_transcript`                          |
+| TorchRL: `PettingZooWrapper(env=...)`, either API      | `env.last_transcript` (TorchRL forwards it)              |
+| Tianshou: `PettingZooEnv(aec)` (`unwrapped` is itself) | `ts_env.env.last_transcript`                             |
+| Tianshou: a `DummyVectorEnv` of those                  | `[e.last_transcript for e in venv.get_env_attr("env")]`  |
+
+:func:`parallel_env` and :func:`to_parallel` also make the parallel API's `active_agent`
+numeric under `numeric_infos` (PettingZoo's conversion writes the agent's name).
 
 ### Arguments
 
@@ -180,9 +190,9 @@ def parallel_env(**kwargs: Any) -> ParallelEnv:
 
     ``to_parallel(env(**kwargs))``, PettingZoo's ``turn_based_aec_to_parallel``: every agent
     is live for the whole episode, but each ``step`` uses only the action of the agent whose
-    turn it is (``infos[agent]["active_agent"]`` after a step; the pioneer acts first). To add
-    wrappers, wrap the AEC environment and convert it with :func:`to_parallel`
-    (docs/other-algorithms.md).
+    turn it is (``infos[agent]["active_agent"]`` after a step; the pioneer acts first). The last
+    finished episode's texts are ``par.last_transcript``. To add wrappers, wrap the AEC
+    environment and convert it with :func:`to_parallel` (docs/other-algorithms.md).
     """
     return to_parallel(env(**kwargs))
 

@@ -19,6 +19,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from cory_env.errors import UsageError
+
 
 @dataclass(frozen=True)
 class Prompt:
@@ -49,7 +51,7 @@ class PromptList:
     def __init__(self, prompts: Sequence[Prompt | str]):
         self.prompts = [p if isinstance(p, Prompt) else Prompt(str(p)) for p in prompts]
         if not self.prompts:
-            raise ValueError(
+            raise UsageError(
                 "the prompt source is empty: give at least one prompt "
                 "(a non-empty list of strings or Prompt objects)"
             )
@@ -77,7 +79,7 @@ def as_prompt_source(prompts: PromptSource | Sequence[Prompt | str]) -> PromptSo
         raise TypeError("prompts must be a list of strings, not a single string: use [prompt]")
     if isinstance(prompts, PromptSource):
         if len(prompts) == 0:
-            raise ValueError(
+            raise UsageError(
                 f"the prompt source {type(prompts).__name__} is empty: it must hold at least one prompt"
             )
         return prompts
@@ -109,7 +111,7 @@ class RepeatedPrompts:
 
     def sample(self, rng: np.random.Generator, n: int) -> list[Prompt]:
         if n % self.times:
-            raise ValueError(
+            raise UsageError(
                 f"{n} conversations do not split into groups of {self.times} responses per prompt: "
                 f"make the number of conversations (the batch size) a multiple of {self.times}"
             )

@@ -31,6 +31,8 @@ import string
 from collections.abc import Callable, Sequence
 from typing import Union
 
+from cory_env.errors import UsageError
+
 Template = Union[str, Callable[[str, str], str]]
 
 #: The pioneer simply continues the review prefix (the paper's IMDB setting).
@@ -58,11 +60,12 @@ def fields_of(template: str, name: str = "template") -> list[str]:
     try:
         return [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
     except ValueError as exc:
-        raise ValueError(f"{name} {template!r} is not a valid format string: {exc}") from exc
+        raise UsageError(f"{name} {template!r} is not a valid format string: {exc}") from exc
 
 
 def check_template(template: Template, *, allow_response: bool = True, name: str, position: int | None = None) -> None:
-    """Raise ``ValueError`` if a format-string template uses fields it may not.
+    """Raise a :class:`~cory_env.errors.UsageError` (a ``ValueError``) if a format-string template uses
+    fields it may not.
 
     ``position`` is the agent's 0-based chain position (0: the pioneer); without it,
     ``allow_response`` says whether the template may use responses at all (the observer of a
@@ -82,13 +85,13 @@ def check_template(template: Template, *, allow_response: bool = True, name: str
             continue
         if (numbered := _NUMBERED.match(f)) and int(numbered[1]) >= 1:
             answered = f"agents 1..{position} have answered" if position else "no agent has answered yet"
-            raise ValueError(
+            raise UsageError(
                 f"{name} {template!r} names {{{f}}}, the answer of agent {numbered[1]}, which does not exist before "
                 f"agent {position + 1} of the chain ({answered}); allowed: {', '.join('{' + a + '}' for a in allowed)}"
             )
-        raise ValueError(f"{name} {template!r} uses unknown field {{{f}}}; allowed: {', '.join('{' + a + '}' for a in allowed)}")
+        raise UsageError(f"{name} {template!r} uses unknown field {{{f}}}; allowed: {', '.join('{' + a + '}' for a in allowed)}")
     if "query" not in used:
-        raise ValueError(f"{name} {template!r} must contain the field {{query}}")
+        raise UsageError(f"{name} {template!r} must contain the field {{query}}")
 
 
 def response_slots(template: Template, position: int) -> int:
@@ -141,7 +144,7 @@ def chain_templates(
     if templates is None:
         templates = [pioneer_template, *[observer_template] * (n - 1)]
     elif isinstance(templates, str) or len(templates) != n:
-        raise ValueError(
+        raise UsageError(
             f"templates must be a list with one template per agent ({n}: {', '.join(roles)}), got {templates!r:.200}"
         )
     for k, template in enumerate(templates):

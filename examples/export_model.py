@@ -6,9 +6,7 @@
 
 from __future__ import annotations
 
-import sys
-
 from agents.cli.export import build_parser, main  # noqa: F401 (build_parser: docs/cli.md)
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()  # reads sys.argv; a known error ends it in one line (agents.cli.errors)

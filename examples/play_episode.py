@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from agents.acting.actor import LMActor
+from agents.cli.errors import add_debug_flag, one_line_errors
 from cory_env import CollectiveRewardWrapper, RoleExchangeWrapper, env
 from cory_env.models import EMBEDDED_MODEL, load_causal_lm, load_tokenizer
 from cory_env.rewards.sentiment import vader_sentiment
@@ -32,15 +33,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--greedy", action="store_true", help="greedy decoding instead of sampling")
     p.add_argument("--no-knowledge-transfer", action="store_true", help="the observer sees only the query")
     p.add_argument("--seed", type=int, default=0, help="seed for prompts and sampling")
-    return p
+    return add_debug_flag(p)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return build_parser().parse_args(argv)
 
 
-def main() -> None:
-    args = parse_args()
+@one_line_errors
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     torch.manual_seed(args.seed)
     start = time.perf_counter()
     tokenizer = load_tokenizer(args.model)

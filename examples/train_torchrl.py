@@ -66,11 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.with_observer and args.role == "observer":
-        raise SystemExit("--with-observer is for --role pioneer (the observer always has a pioneer before it)")
+        parser.error("--with-observer is for --role pioneer (the observer always has a pioneer before it)")
     if args.frames % args.frames_per_batch or args.frames_per_batch % args.minibatch_size:
-        raise SystemExit("--frames must be a multiple of --frames-per-batch, and that of --minibatch-size")
+        parser.error("--frames must be a multiple of --frames-per-batch, and that of --minibatch-size")
     return args
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import resource
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -19,6 +21,7 @@ import torch
 
 from agents.training.checkpoint import (
     CheckpointError,
+    CheckpointSaveError,
     DamagedCheckpointError,
     UntrustedCheckpointError,
     checkpoint_iteration,
@@ -59,10 +62,42 @@ def test_a_failed_save_leaves_the_previous_checkpoint_and_no_partial_file(tmp_pa
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr("agents.training.checkpoint.save_file", disk_full)
-    with pytest.raises(OSError, match="No space"):
+    with pytest.raises(CheckpointSaveError, match="No space left on device") as failed:
         save_checkpoint(tmp_path, 1, {"iteration": 2, "w": torch.ones(3)})
+    assert isinstance(failed.value.__cause__, OSError)
     assert list_checkpoints(tmp_path) == [first]
     assert [p.name for p in first.parent.iterdir()] == [first.name]  # no temporary file left
+
+
+def test_a_save_past_the_file_size_limit_says_what_to_do(tmp_path):
+    """A real write that fails (the file-size limit: safetensors' 'File too large', as on a full disk)
+    names the file, the cause, the intact checkpoint and the --resume to continue from it."""
+    first = save_checkpoint(tmp_path, 3, {"iteration": 4, "w": torch.ones(4)})
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails, not kills
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, limit[1]))
+    try:
+        with pytest.raises(CheckpointSaveError) as failed:
+            save_checkpoint(tmp_path, 4, {"iteration": 5, "w": torch.ones(100_000)})
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+        signal.signal(signal.SIGXFSZ, previous)
+    message = str(failed.value)
+    assert str(tmp_path / "checkpoints" / "iter_000004.safetensors") in message
+    assert "File too large" in message and "MiB free" in message
+    assert f"{first} (4 iterations done), is intact" in message
+    assert f"--resume (--out {tmp_path})" in message
+    assert list_checkpoints(tmp_path) == [first] and load_checkpoint(first)["iteration"] == 4
+    assert [p.name for p in first.parent.iterdir()] == [first.name]
+
+
+def test_a_failed_first_save_says_the_run_starts_over(tmp_path, monkeypatch):
+    def no_permission(tensors, path, metadata):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("agents.training.checkpoint.save_file", no_permission)
+    with pytest.raises(CheckpointSaveError, match="Permission denied.*No earlier checkpoint exists"):
+        save_checkpoint(tmp_path, 0, {"iteration": 1})
 
 
 def test_temporary_files_are_never_taken_for_checkpoints(tmp_path):

@@ -314,8 +314,12 @@ def test_cli(trained, tmp_path):
     assert json.loads((tmp_path / "e.json").read_text())["samples_per_prompt"] == 2
 
 
-def test_cli_explains_a_missing_policy(capsys):
+def test_cli_explains_a_missing_policy(capsys, monkeypatch):
     cli = runpy.run_path(str(ROOT / "examples" / "evaluate.py"), run_name="evaluate_cli")
+    monkeypatch.setattr(sys, "argv", ["evaluate.py", "--num-prompts", "3"])
     with pytest.raises(SystemExit) as exit_:
+        cli["main"]()  # as the script runs it: the error in one line (tests/test_cli_errors.py)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.startswith("evaluate.py: error: give exactly one of --checkpoint")
+    with pytest.raises(ValueError, match="exactly one of --checkpoint"):  # a caller's main(argv) raises
         cli["main"](["--num-prompts", "3"])
-    assert exit_.value.code == 2 and "exactly one of --checkpoint" in capsys.readouterr().err

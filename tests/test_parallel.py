@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 from pettingzoo.test import parallel_api_test, parallel_seed_test
@@ -45,6 +47,11 @@ def test_parallel_env_factory(gpt2_tokenizer):
     assert par.agents == ["pioneer", "observer"]
     assert isinstance(par.unwrapped, cory_env.PioneerObserverEnv)
     assert observations["pioneer"]["num_new_tokens"][0] > 0 and observations["observer"]["num_new_tokens"][0] == 0
+    assert par.last_transcript is None  # no episode has finished yet
+    while par.agents:
+        observations, rewards, terms, truncs, infos = par.step({a: 11 for a in par.agents})
+    assert set(par.last_transcript) == {"pioneer", "observer"}
+    assert par.last_transcript["observer"]["response"] == infos["observer"]["response"]
 
 
 def token_table(agents, B, vocab, eos, max_steps=8, seed=0):
@@ -144,3 +151,45 @@ def test_to_parallel_without_numeric_infos_is_pettingzoos_conversion(make_env):
     assert "active_agent" not in infos["pioneer"]
     observations, rewards, terms, truncs, infos = par.step({"pioneer": 11, "observer": 11})
     assert infos["pioneer"]["active_agent"] in ("pioneer", "observer")
+
+
+def assert_transcript_is(transcript, final_infos):
+    """The transcript (by role) holds what each agent's final infos held (by agent, role in its infos)."""
+    assert set(transcript) == {info["role"] for info in final_infos.values()}
+    for agent, info in final_infos.items():
+        kept = transcript[info["role"]]
+        for key in ("role", "query", "context", "response", "response_length", "task_reward", "reward"):
+            assert np.all(np.asarray(kept[key]) == np.asarray(info[key])), (agent, key)
+
+
+@pytest.mark.parametrize("wrap", WRAPS)
+@pytest.mark.parametrize("B", FORMS)
+def test_last_transcript_through_the_wrappers_and_the_parallel_api(make_env, gpt2_tokenizer, B, wrap):
+    """env.last_transcript through CORY's AEC wrappers (PettingZoo's forwarding) and par.last_transcript
+    through to_parallel (forwarded to the AEC environment), both by role."""
+    aec, par = WRAPS[wrap](make_env(B)), cory_env.to_parallel(WRAPS[wrap](make_env(B)))
+    assert aec.last_transcript is None and par.last_transcript is None
+    table = token_table(aec.possible_agents, B, 2000, gpt2_tokenizer.eos_token_id)
+    final, _ = play_aec(aec, table, seed=0)
+    assert_transcript_is(aec.last_transcript, {agent: info for agent, (_, info) in final.items()})
+    totals, infos, _ = play_parallel(par, table, seed=0)
+    assert_transcript_is(par.last_transcript, infos)
+    assert_transcript_is(par.unwrapped.last_transcript, infos)
+    par.reset(seed=1)  # kept through reset, as on the AEC environment
+    assert_transcript_is(par.last_transcript, infos)
+
+
+def test_to_parallel_forwards_public_names_only(make_env):
+    par = cory_env.to_parallel(RoleExchangeWrapper(make_env(None), period=1))
+    par.reset(seed=0)
+    assert par.roles == {"llm_0": "pioneer", "llm_1": "observer"}  # the role exchange wrapper's
+    assert isinstance(par.unwrapped, cory_env.PioneerObserverEnv)
+    with pytest.raises(AttributeError):
+        par.no_such_attribute
+    assert not hasattr(par, "_last_transcript")  # private names are not forwarded
+    # Built without __init__ (as copy and pickle do), it has no aec_env: names are missing, no recursion.
+    bare = object.__new__(type(par))
+    with pytest.raises(AttributeError):
+        bare.last_transcript
+    twin = copy.deepcopy(par)
+    assert twin.aec_env is not par.aec_env and twin.roles == par.roles

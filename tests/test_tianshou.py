@@ -12,7 +12,7 @@ from tianshou.algorithm import MARLRandomDiscreteMaskedOffPolicyAlgorithm, Multi
 from tianshou.algorithm.algorithm_base import RandomActionPolicy  # noqa: E402
 from tianshou.algorithm.multiagent.marl import MultiAgentPolicy  # noqa: E402
 from tianshou.data import Collector, CollectStats, VectorReplayBuffer  # noqa: E402
-from tianshou.env import DummyVectorEnv, PettingZooEnv  # noqa: E402
+from tianshou.env import DummyVectorEnv, PettingZooEnv, SubprocVectorEnv  # noqa: E402
 
 import cory_env  # noqa: E402
 from agents.integrations.tianshou import ActionMaskWrapper  # noqa: E402
@@ -107,3 +107,58 @@ def test_float_actions_get_the_environments_error():
     collector = Collector[CollectStats](policy, DummyVectorEnv([make]))
     with pytest.raises(TypeError, match=r"must be integer token id\(s\), got dtype float32.*int\(\.\.\.\)"):
         collector.collect(n_step=4, reset_before_collect=True)
+
+
+@pytest.mark.parametrize("wrap", WRAPS)
+@pytest.mark.parametrize("B", FORMS)
+def test_last_transcript_through_tianshou(B, wrap):
+    """As docs/other-algorithms.md says: ``ts_env.env.last_transcript`` (Tianshou's PettingZooEnv is an AEC
+    environment of its own, its ``unwrapped`` itself), ``venv.get_env_attr("env")`` in a DummyVectorEnv."""
+
+    def make():
+        e = WRAPS[wrap](toy_env(B))
+        return PettingZooEnv(e if B is None else ActionMaskWrapper(e))
+
+    env = make()
+    assert env.unwrapped is env and not hasattr(env, "last_transcript")
+    assert env.env.last_transcript is None  # no episode finished yet
+    np.random.seed(0)
+    done = False
+    while not done:  # one episode, the random masked policy's actions (obs["mask"] is all True)
+        action = env.action_space.sample()
+        obs, rewards, term, trunc, info = env.step(action)
+        done = term or trunc
+    # The final info is the next agent's (PettingZooEnv reports last()), its role named in it.
+    assert env.env.last_transcript[info["role"]]["response"] == info["response"]
+    assert set(env.env.last_transcript) == {"pioneer", "observer"}
+
+    np.random.seed(0)
+    venv = DummyVectorEnv([make, make])
+    venv.seed(0)
+    collector = Collector[CollectStats](random_agents(make()), venv, VectorReplayBuffer(2000, len(venv)))
+    collector.reset()
+    collector.collect(n_episode=4)
+    transcripts = [e.last_transcript for e in venv.get_env_attr("env")]  # one per worker
+    for transcript, buffer in zip(transcripts, collector.buffer.buffers):
+        last = buffer.info[np.flatnonzero(buffer.done[: len(buffer)])[-1]]  # the worker's last finished episode
+        np.testing.assert_array_equal(np.asarray(transcript[last["role"]]["response"]), np.asarray(last["response"]))
+        np.testing.assert_allclose(transcript[last["role"]]["reward"], last["reward"])
+    with pytest.raises(AttributeError, match="last_transcript"):
+        venv.get_env_attr("last_transcript")
+    venv.close()
+
+
+def test_last_transcript_from_a_subprocess_vector_env():
+    """SubprocVectorEnv: get_env_attr("env") sends the worker's environment back, pickled; the attribute
+    itself comes back as None (Tianshou's worker answers None for names the PettingZooEnv lacks)."""
+    make = lambda: PettingZooEnv(toy_env())  # noqa: E731
+    venv = SubprocVectorEnv([make])
+    try:
+        collector = Collector[CollectStats](random_agents(make()), venv)
+        collector.collect(n_episode=1, reset_before_collect=True)
+        (worker_env,) = venv.get_env_attr("env")  # a copy of the worker's environment
+        assert set(worker_env.last_transcript) == {"pioneer", "observer"}
+        assert isinstance(worker_env.last_transcript["observer"]["response"], str)
+        assert venv.get_env_attr("last_transcript") == [None]
+    finally:
+        venv.close()

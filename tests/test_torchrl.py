@@ -14,6 +14,7 @@ import torch
 pytest.importorskip("torchrl", reason="TorchRL is in the marl extra: pip install -e '.[marl]'")
 
 from tensordict.nn import TensorDictSequential  # noqa: E402
+from torchrl.data import Categorical  # noqa: E402
 from torchrl.envs import PettingZooWrapper  # noqa: E402
 from torchrl.envs.utils import check_env_specs  # noqa: E402
 
@@ -69,7 +70,21 @@ def test_wrapper_passes_check_env_specs_and_rolls_out_episodes(api, B, wrap, n):
     done = rollout["next", "done"].squeeze(-1)
     assert done[-1] and not done[:-1].any()
     assert len(rollout) <= 4 * n  # n turns of at most 4 tokens
-    transcript = env.unwrapped.last_transcript  # the texts of the episode TorchRL just played
+    transcript = env.last_transcript  # the texts of the episode TorchRL just played, forwarded over either API
+    for group, agents in env.group_map.items():  # what docs/other-algorithms.md says a TorchRL user gets
+        action = env.full_action_spec[group, "action"]
+        assert type(action) is Categorical and action.n == 18 and action.dtype == torch.int64
+        assert action.shape == ((len(agents),) if B is None else (len(agents), B))
+        assert rollout[group, "action"].dtype == torch.int64
+        info_keys = {"role", "response_length", "task_reward", "reward"}
+        info_keys |= {"active_agent"} if api == "parallel" else set()
+        assert set(rollout[group, "info"].keys()) == info_keys
+        for key in info_keys:  # TorchRL's info spec is float32 whatever the environment's dtype (int64 for role)
+            assert env.full_observation_spec[group, "info", key].dtype == torch.float32, key
+            assert rollout["next", group, "info", key].dtype == torch.float32, key
+        assert rollout[group, "info", "role"].shape == (len(rollout), len(agents))
+        assert rollout[group, "observation", "role"].dtype == torch.int64  # the observation's role: int64
+        np.testing.assert_array_equal(rollout[group, "observation", "role"][..., 0], rollout[group, "info", "role"])
     for group, agents in env.group_map.items():
         mask = rollout[group, "mask"]
         if api == "aec":  # one agent acts per step

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -49,3 +50,26 @@ def save_tiny_llama(folder: Path, tokenizer, seed: int = 0) -> Path:
 def long_words(queries, responses, **_):
     """Characters per response / 40: rises when the policy prefers long tokens."""
     return [len(r) / 40 for r in responses]
+
+
+def broken_reward(queries, responses, **_):
+    """A reward with a bug: it raises ZeroDivisionError (which training reports as a RewardFunctionError)."""
+    raise ZeroDivisionError("division by zero in the reward")
+
+
+def slow_fraction_good(queries, responses, **_):
+    """:func:`fraction_good` after sleeping ``TOY_REWARD_SLEEP`` seconds (default 1): a slow or hanging reward."""
+    time.sleep(float(os.environ.get("TOY_REWARD_SLEEP", "1")))
+    return fraction_good(queries, responses)
+
+
+_calls = {"hanging_fraction_good": 0}
+
+
+def hanging_fraction_good(queries, responses, **_):
+    """:func:`fraction_good`, except that the calls after the first ``TOY_REWARD_HANG_AFTER`` never return
+    (an hour's sleep); without that variable it never hangs."""
+    _calls["hanging_fraction_good"] += 1
+    if _calls["hanging_fraction_good"] > int(os.environ.get("TOY_REWARD_HANG_AFTER", "1000000000")):
+        time.sleep(3600)
+    return fraction_good(queries, responses)

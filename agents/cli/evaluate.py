@@ -20,19 +20,18 @@ import argparse
 
 from transformers import HfArgumentParser
 
+from agents.cli.errors import add_debug_flag, one_line_errors
 from agents.evaluation.held_out import EvalConfig, evaluate, format_result
 
 
 def build_parser() -> HfArgumentParser:
-    return HfArgumentParser(EvalConfig, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    return add_debug_flag(HfArgumentParser(EvalConfig, description=__doc__,
+                                           formatter_class=argparse.RawDescriptionHelpFormatter))
 
 
+@one_line_errors
 def main(argv: list[str] | None = None) -> None:
-    parser = build_parser()
-    try:
-        (config,) = parser.parse_args_into_dataclasses(args=argv)
-    except ValueError as exc:  # EvalConfig's checks: say it the argparse way
-        parser.error(str(exc))
+    (config,) = build_parser().parse_args_into_dataclasses(args=argv)  # EvalConfig's checks raise UsageError
     result = evaluate(config)
     print(format_result(result))
     print(f"\nwritten: {result['path']}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from agents.cli.errors import add_debug_flag, one_line_errors
 from agents.training.checkpoint import load_checkpoint
 from agents.evaluation.held_out import find_checkpoint, policy_from_checkpoint, run_folder
 from agents.training.export import MODEL_DIR
@@ -33,9 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "can run code; python -m agents.training.checkpoint convert rewrites one in the safe format")  # fmt: skip
     parser.add_argument("--device", default="cpu",
                         help="where to rebuild the models (cpu is enough to export; cuda for a --load-in-4bit run)")  # fmt: skip
-    return parser
+    return add_debug_flag(parser)
 
 
+@one_line_errors
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     path = find_checkpoint(args.checkpoint)

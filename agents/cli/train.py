@@ -31,9 +31,11 @@ from pathlib import Path
 
 from transformers import HfArgumentParser
 
+from agents.cli.errors import add_debug_flag, one_line_errors
 from agents.training.export import MODEL_DIR
 from agents.training.metrics import read_metrics
 from agents.training.plots import learner_columns
+from agents.training.run_lock import RunLock
 from agents.evaluation.statistics import reward_rise
 from agents.training.trainer import TrainConfig, Trainer
 
@@ -48,7 +50,7 @@ def build_parser() -> HfArgumentParser:
     # The older off switch, kept as --tensorboard false is (TrainConfig.tensorboard's default is None: not given).
     parser.add_argument("--no_tensorboard", "--no-tensorboard", action="store_false", dest="tensorboard",
                         default=None, help="deprecated, use --report-to none")  # fmt: skip
-    return parser
+    return add_debug_flag(parser)
 
 
 def learning_summary(out: Path, batch_size: int, k: int = 3) -> list[str]:
@@ -67,6 +69,7 @@ def learning_summary(out: Path, batch_size: int, k: int = 3) -> list[str]:
     return [f"start -> end (means of the first and the last {k} iterations):", *lines]
 
 
+@one_line_errors
 def main(argv: list[str] | None = None) -> None:
     (config,) = build_parser().parse_args_into_dataclasses(args=argv)
     # The package's own messages (data source used, resuming, ...) on stderr, above the progress bar.
@@ -75,6 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     for name in ("agents", "cory_env"):
         logging.getLogger(name).setLevel(logging.INFO)
         logging.getLogger(name).addHandler(handler)
+    RunLock(config.out).check_free()  # before the models load: a folder another run holds fails at once
     trainer = Trainer(config)
     out = trainer.train()
     if trainer.stopped_by:  # Ctrl-C or SIGTERM: a checkpoint after the iteration (agents.training.interrupt)

@@ -44,6 +44,7 @@ from agents.training.build import resolve_device
 from agents.training.config import TrainConfig, build_task, flag, prompt_source_name, with_task_defaults
 from agents.training.trainer import Trainer
 from cory_env import env
+from cory_env.errors import UsageError
 from cory_env.prompts import Prompt, PromptSource
 from cory_env.rewards import get_reward
 from cory_env.rewards.base import RewardFunction
@@ -103,13 +104,17 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         if bool(self.checkpoint) == bool(self.model):
-            raise ValueError("give exactly one of --checkpoint (a training run) and --model (a model name or path)")
+            raise UsageError("give exactly one of --checkpoint (a training run) and --model (a model name or path)")
         for name in ("num_prompts", "samples_per_prompt", "batch_size"):
             if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
 
 
 # ------------------------------------------------------------------ loading a policy
+
+
+class CheckpointNotFoundError(UsageError, FileNotFoundError):
+    """``--checkpoint`` names no checkpoint file and no run folder that holds one."""
 
 
 def find_checkpoint(path: str | Path) -> Path:
@@ -121,7 +126,7 @@ def find_checkpoint(path: str | Path) -> Path:
     if path.is_dir():
         found = latest_checkpoint(path.parent if path.name == "checkpoints" else path)
     if found is None:
-        raise FileNotFoundError(
+        raise CheckpointNotFoundError(
             f"no checkpoint at {path}: give a run folder holding checkpoints/iter_NNNNNN.safetensors (written by "
             f"examples/train_cory.py), a checkpoint file, or use --model for a model name"
         )
@@ -360,7 +365,7 @@ def _chosen_learners(learners: dict[str, PPOLearner], spec: str) -> dict[str, PP
     names = [n.strip() for n in spec.split(",") if n.strip()]
     unknown = [n for n in names if n not in learners]
     if unknown:
-        raise ValueError(f"--learner {', '.join(unknown)}: this policy's learners are {', '.join(learners)}")
+        raise UsageError(f"--learner {', '.join(unknown)}: this policy's learners are {', '.join(learners)}")
     return {n: learners[n] for n in names}
 
 

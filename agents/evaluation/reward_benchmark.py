@@ -34,7 +34,6 @@ import dataclasses
 import gc
 import json
 import shutil
-import sys
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,12 +41,14 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from agents.cli.errors import add_debug_flag, one_line_errors
 from agents.training.checkpoint import checkpoint_iteration, latest_checkpoint
 from agents.evaluation.held_out import EvalConfig, evaluate, load_reward
 from agents.evaluation.benchmark_report import KL_VS_REWARD_PLOT, PLOTS, format_report, run_dir, write_report
 from agents.evaluation.report import write_json
 from agents.training.config import ALGOS, TrainConfig, apply_preset, changed_settings, flag
 from agents.training.trainer import Trainer
+from cory_env.errors import UsageError
 
 #: TrainConfig fields the benchmark sets for each run itself.
 PER_RUN = ("algo", "seed", "out", "resume", "overwrite")
@@ -75,11 +76,15 @@ class BenchmarkConfig:
     def __post_init__(self) -> None:
         unknown = [a for a in self.algos if a not in ALGOS]
         if unknown or not self.algos:
-            raise ValueError(f"--algos {' '.join(self.algos)}: choose among {', '.join(ALGOS)}")
+            raise UsageError(f"--algos {' '.join(self.algos)}: choose among {', '.join(ALGOS)}")
         if self.seeds < 1:
-            raise ValueError(f"--seeds must be at least 1, got {self.seeds}")
+            raise UsageError(f"--seeds must be at least 1, got {self.seeds}")
         if self.resume and self.overwrite:
-            raise ValueError("--resume continues a benchmark and --overwrite starts it over: give one")
+            raise UsageError("--resume continues a benchmark and --overwrite starts it over: give one")
+
+
+class BenchmarkExistsError(UsageError, FileExistsError):
+    """The benchmark folder holds another benchmark's runs: --resume it, --overwrite it, or choose another --out."""
 
 
 def _training_flags() -> type:
@@ -121,7 +126,7 @@ def _prepare(out: Path, train: TrainConfig, bench: BenchmarkConfig) -> None:
             for name in ("benchmark.json", "report.md", "report.json", *PLOTS.values(), KL_VS_REWARD_PLOT):
                 (out / name).unlink(missing_ok=True)
         elif not bench.resume:
-            raise FileExistsError(
+            raise BenchmarkExistsError(
                 f"{out} already holds a benchmark: pass --resume to continue it, --overwrite to start over "
                 f"there, or choose another --out"
             )
@@ -129,12 +134,12 @@ def _prepare(out: Path, train: TrainConfig, bench: BenchmarkConfig) -> None:
             saved = json.loads(saved_path.read_text())["train"]
             now = _settings(train, bench)["train"]
             if diff := changed_settings(saved, now, MAY_CHANGE):
-                raise ValueError(
+                raise UsageError(
                     f"{out} holds a benchmark with other training settings ({diff}): rerun with its settings "
                     f"(see {saved_path}), or use another --out or --overwrite"
                 )
             if now["iterations"] < saved["iterations"]:
-                raise ValueError(
+                raise UsageError(
                     f"{out}'s runs are set to {saved['iterations']} iterations; --iterations {now['iterations']} "
                     f"would shorten them: give --iterations {saved['iterations']} or more"
                 )
@@ -199,24 +204,21 @@ def run_benchmark(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     from transformers import HfArgumentParser
 
-    return HfArgumentParser(
+    return add_debug_flag(HfArgumentParser(
         (TrainingFlags, BenchmarkConfig), description=__doc__, prog="cory-bench",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    ))
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, BenchmarkConfig]:
-    parser = build_parser()
-    try:
-        flags, bench = parser.parse_args_into_dataclasses(args=argv)
-    except ValueError as exc:
-        parser.error(str(exc))
+    flags, bench = build_parser().parse_args_into_dataclasses(args=argv)  # BenchmarkConfig's checks: UsageError
     return TrainConfig(**dataclasses.asdict(flags)), bench
 
 
+@one_line_errors
 def main(argv: list[str] | None = None) -> None:
     """Console script ``cory-bench``."""
-    train, bench = parse_args(sys.argv[1:] if argv is None else argv)
+    train, bench = parse_args(argv)
     report = run_benchmark(train, bench)
     out = Path(bench.out)
     print()

@@ -49,6 +49,7 @@ from agents.algorithms.kl import kl_per_token
 from agents.learners.base import Episode, reward_metrics
 from agents.learners.lm import LMLearner, LMLearnerConfig, response_logits
 from agents.algorithms.losses import policy_loss
+from cory_env.errors import UsageError
 
 KL_PENALTIES = ("loss", "reward")
 
@@ -70,11 +71,11 @@ class GRPOConfig(LMLearnerConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.advantage not in GROUP_BASELINES:
-            raise ValueError(f"advantage must be one of {GROUP_BASELINES}, got {self.advantage!r}")
+            raise UsageError(f"advantage must be one of {GROUP_BASELINES}, got {self.advantage!r}")
         if self.kl_penalty not in KL_PENALTIES:
-            raise ValueError(f"kl_penalty must be one of {KL_PENALTIES}, got {self.kl_penalty!r}")
+            raise UsageError(f"kl_penalty must be one of {KL_PENALTIES}, got {self.kl_penalty!r}")
         if self.group_size < 2:
-            raise ValueError(
+            raise UsageError(
                 f"group_size must be at least 2 (responses per prompt to compare), got {self.group_size}: "
                 f"pass --group-size 2 or more"
             )

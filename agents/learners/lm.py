@@ -34,6 +34,7 @@ from agents.distributed.optimizer_step import optimizer_steps
 from agents.algorithms.kl import ESTIMATORS, AdaptiveKLController, FixedKLController, kl_per_token
 from agents.learners.base import Episode
 from agents.acting.actor import LMActor, forward_inputs
+from cory_env.errors import UsageError
 
 
 def predicting_columns(width: int, T: int, device: torch.device | str | None = None) -> torch.Tensor:
@@ -79,10 +80,10 @@ class LMLearnerConfig:
 
     def __post_init__(self) -> None:
         if self.kl_estimator not in ESTIMATORS:
-            raise ValueError(f"kl_estimator must be one of {ESTIMATORS}, got {self.kl_estimator!r}")
+            raise UsageError(f"kl_estimator must be one of {ESTIMATORS}, got {self.kl_estimator!r}")
         for name in ("mini_batch_size", "gradient_accumulation_steps", *self._counts):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+                raise UsageError(f"{name} must be at least 1, got {getattr(self, name)}")
 
     #: More fields that must be at least 1 (a subclass's epochs).
     _counts: ClassVar[tuple[str, ...]] = ()

@@ -28,6 +28,7 @@ from agents.algorithms.kl import token_rewards
 from agents.learners.base import Episode
 from agents.learners.lm import LMLearner, LMLearnerConfig, response_inputs
 from agents.algorithms.losses import policy_loss, value_loss
+from cory_env.errors import UsageError
 from agents.learners.value_model import CausalLMWithValueHead
 
 
@@ -53,7 +54,7 @@ class PPOConfig(LMLearnerConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.value_learning_rate is not None and self.value_learning_rate <= 0:
-            raise ValueError(f"value_learning_rate must be positive (or None: learning_rate), got {self.value_learning_rate}")
+            raise UsageError(f"value_learning_rate must be positive (or None: learning_rate), got {self.value_learning_rate}")
 
 
 class RunningMoments:

@@ -30,6 +30,7 @@ from agents.learners.value_model import CausalLMWithValueHead
 from agents.speed import padding_free
 from agents.speed.cpu_linear import use_cpu_linear
 from agents.speed.scoring_reuse import reuse_scoring_pass
+from cory_env.errors import UsageError
 from cory_env.models import load_causal_lm
 
 logger = logging.getLogger(__name__)
@@ -77,12 +78,12 @@ def select_devices(config: TrainConfig, names: list[str], dp: DataParallel) -> t
     """The main device (models are loaded there; the reward model runs there) and each learner's."""
     if dp.is_distributed:
         if config.learner_devices:
-            raise ValueError(
+            raise UsageError(
                 "--learner-devices is for a single process; under accelerate launch each process uses its own "
                 "device (drop --learner-devices, or run without accelerate launch)"
             )
         if config.device != "auto" and torch.device(config.device).type != dp.device.type:
-            raise ValueError(
+            raise UsageError(
                 f"--device {config.device} conflicts with the launcher's device {dp.device}: drop --device "
                 f"(CUDA_VISIBLE_DEVICES= runs the processes on CPUs)"
             )
@@ -92,32 +93,32 @@ def select_devices(config: TrainConfig, names: list[str], dp: DataParallel) -> t
         return device, dict.fromkeys(names, device)
     specs = [s.strip() for s in config.learner_devices.split(",") if s.strip()]
     if len(specs) != len(names):
-        raise ValueError(
+        raise UsageError(
             f"--learner-devices lists {len(specs)} device(s) for {len(names)} learner(s) ({', '.join(names)}): "
             f"give one per learner, e.g. --learner-devices {','.join(f'cuda:{i}' for i in range(len(names)))}"
         )
     try:
         devices = [torch.device(s) for s in specs]
     except RuntimeError as exc:
-        raise ValueError(f"--learner-devices {config.learner_devices!r}: {exc}") from exc
+        raise UsageError(f"--learner-devices {config.learner_devices!r}: {exc}") from exc
     for d in devices:
         _check_available(d, "--learner-devices")
     if config.lora and len(set(devices)) > 1:
-        raise ValueError("--learner-devices with different devices needs full fine-tuning: --lora shares one base")
+        raise UsageError("--learner-devices with different devices needs full fine-tuning: --lora shares one base")
     if config.device != "auto":
-        raise ValueError("give either --device or --learner-devices, not both")
+        raise UsageError("give either --device or --learner-devices, not both")
     return devices[0], dict(zip(names, devices))
 
 
 def resolve_device(spec: str) -> torch.device:
     """``--device``: ``auto`` (CUDA when torch sees a GPU, else the CPU), or a device this torch can
-    use; anything else fails with a ValueError saying why."""
+    use; anything else fails with a UsageError (a ValueError) saying why."""
     if spec == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         device = torch.device(spec)
     except RuntimeError as exc:
-        raise ValueError(f"--device {spec!r}: {exc} (give cpu, cuda, cuda:N or auto)") from exc
+        raise UsageError(f"--device {spec!r}: {exc} (give cpu, cuda, cuda:N or auto)") from exc
     _check_available(device, "--device")
     return device
 
@@ -131,7 +132,7 @@ def _check_available(device: torch.device, flag: str) -> None:
     else:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
         why = f"torch sees {torch.cuda.device_count()} GPU(s) (CUDA_VISIBLE_DEVICES={visible})"
-    raise ValueError(f"{flag}: {device} is not available: {why}; or run on the CPU")
+    raise UsageError(f"{flag}: {device} is not available: {why}; or run on the CPU")
 
 
 def emulated_bfloat16(devices: Iterable[torch.device]) -> str:
@@ -175,7 +176,7 @@ def _build_models_of(
     kwargs: dict[str, Any] = {}
     if config.load_in_4bit:
         if not config.lora or device.type != "cuda":
-            raise ValueError("--load-in-4bit needs --lora and a CUDA device (bitsandbytes 4-bit weights are frozen)")
+            raise UsageError("--load-in-4bit needs --lora and a CUDA device (bitsandbytes 4-bit weights are frozen)")
         from transformers import BitsAndBytesConfig
 
         kwargs["quantization_config"] = BitsAndBytesConfig(
@@ -250,7 +251,7 @@ def check_position_window(context_length: int, model: torch.nn.Module, names: li
         logger.warning("--context-length %d is beyond %s's model (%s) window of %d positions, on which it was "
                        "trained (its rotary positions run on past it)", context_length, who, name, window)  # fmt: skip
         return
-    raise ValueError(
+    raise UsageError(
         f"--context-length {context_length} does not fit {who}'s model ({name}), whose window is {window} "
         f"positions: lower --context-length to {window} or less, or shorten the prompts"
     )
@@ -258,7 +259,7 @@ def check_position_window(context_length: int, model: torch.nn.Module, names: li
 
 def check_group_size(batch_size: int, group_size: int, learner: str) -> None:
     if batch_size % group_size:
-        raise ValueError(
+        raise UsageError(
             f"--batch-size {batch_size} must be a multiple of --group-size {group_size}: the {learner} learner "
             f"compares {group_size} responses per prompt, so each prompt fills {group_size} conversations"
         )

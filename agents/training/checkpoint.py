@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -44,6 +45,8 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
+from cory_env.errors import CoryError
+
 logger = logging.getLogger(__name__)
 
 FORMAT = "cory-env-checkpoint"
@@ -53,7 +56,7 @@ LEGACY_SUFFIX = ".pt"
 _NAME = re.compile(r"^iter_(\d{6})(\.safetensors|\.pt)$")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(CoryError, ValueError):
     """A checkpoint that cannot be written or loaded; the message names the file and the fix."""
 
 
@@ -63,6 +66,10 @@ class DamagedCheckpointError(CheckpointError):
 
 class UntrustedCheckpointError(CheckpointError):
     """A checkpoint in the old pickle format, which is loaded only when its source is trusted."""
+
+
+class CheckpointSaveError(CheckpointError):
+    """A checkpoint that could not be written (a full disk, a file-size limit, no permission); the previous one is intact."""
 
 
 def checkpoint_dir(out_dir: str | Path) -> Path:
@@ -116,14 +123,32 @@ def save_checkpoint(out_dir: str | Path, iteration: int, state: dict[str, Any], 
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp's file is private (0600); a plain open's is not
         os.replace(tmp, path)
         _fsync_folder(folder)  # the rename itself survives a power loss
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, (OSError, SafetensorError)):
+            raise CheckpointSaveError(_save_failure(out_dir, path, exc)) from exc
         raise
     for old in list_checkpoints(out_dir)[:-keep]:
         old.unlink(missing_ok=True)
     _fsync_folder(folder)
     return path
+
+
+def _save_failure(out_dir: str | Path, path: Path, exc: BaseException) -> str:
+    """What a failed save tells: the file, the cause, the checkpoint that is intact, and how to go on."""
+    try:
+        free = f"; {shutil.disk_usage(path.parent).free / 2**20:.0f} MiB free there"
+    except OSError:
+        free = ""
+    cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    previous = latest_checkpoint(out_dir)
+    if previous is None:
+        kept = "No earlier checkpoint exists: a rerun starts at iteration 0."
+    else:
+        kept = (f"The previous checkpoint, {previous} ({checkpoint_iteration(previous) + 1} iterations done), is "
+                f"intact: make room, then rerun the same command with --resume (--out {out_dir}) to continue from it.")
+    return f"could not write the checkpoint {path}: {cause}{free}. {kept}"
 
 
 def _fsync_folder(folder: Path) -> None:

@@ -20,6 +20,7 @@ from agents.algorithms.kl import ESTIMATORS
 from agents.learners.grpo import GRPOConfig
 from agents.learners.ppo import PPOConfig
 from agents.training.build import LEARNERS, check_group_size
+from cory_env.errors import UsageError
 from cory_env.models import EMBEDDED_MODEL
 from cory_env.tasks import TASKS, Task, custom_task, get_task
 from cory_env.wrappers import learner_names
@@ -58,6 +59,7 @@ class TrainConfig:
     observer_template: str = flag("", "observer prompt, a format string with {query} and {response} (empty: the task's); in a chain of --num-agents N > 2, every later agent's, {response} the previous answer")
     templates: str = flag("", "a chain's templates, one per agent, as a JSON list (e.g. '[\"{query}\", \"{query}{response}\", \"{query}{responses}\"]': {response_k} is agent k's answer, {responses} all earlier ones); overrides --pioneer-template and --observer-template")
     reward: str = flag("", "reward (empty: the task's: vader, gsm8k): a registered name, package.module:function, or a Hub text-classification model (raw logit of its positive label)")
+    reward_timeout: float | None = flag(None, "seconds one reward call may take before the run stops with an error naming the reward (default: 300, or no limit for a reward function with the attribute slow = True); 0: no limit")
 
     # --- Model: what is fine-tuned, and where
     model: str = flag(EMBEDDED_MODEL, "model name or path (Hub name, local folder, or the embedded smollm2-135m)")
@@ -134,29 +136,29 @@ class TrainConfig:
     def __post_init__(self) -> None:
         """The checks that need no preset, task or machine: a bad value fails when the config is made."""
         if self.algo not in ALGOS:
-            raise ValueError(f"algo must be one of {ALGOS}, got {self.algo!r}")
+            raise UsageError(f"algo must be one of {ALGOS}, got {self.algo!r}")
         if self.learner not in LEARNERS:
-            raise ValueError(f"learner must be one of {sorted(LEARNERS)} (or registered in LEARNERS), got {self.learner!r}")
-        for name in ("batch_size", "mini_batch_size", "checkpoint_every", "keep_checkpoints"):
+            raise UsageError(f"learner must be one of {sorted(LEARNERS)} (or registered in LEARNERS), got {self.learner!r}")
+        for name in ("iterations", "batch_size", "mini_batch_size", "checkpoint_every", "keep_checkpoints"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
         if self.num_agents is not None and (isinstance(self.num_agents, bool) or self.num_agents < 1):
-            raise ValueError(f"--num-agents must be at least 1, got {self.num_agents}")
+            raise UsageError(f"--num-agents must be at least 1, got {self.num_agents}")
         if self.algo == "ppo" and (self.num_agents or 1) > 1:
-            raise ValueError(f"--algo ppo trains one agent, the pioneer alone; --num-agents {self.num_agents} needs --algo cory")
+            raise UsageError(f"--algo ppo trains one agent, the pioneer alone; --num-agents {self.num_agents} needs --algo cory")
         models = self.model_list()
         if self.algo == "ppo" and len(models) > 1:
-            raise ValueError(f"--algo ppo trains one agent, but --models lists {len(models)}: give one, or use --model")
+            raise UsageError(f"--algo ppo trains one agent, but --models lists {len(models)}: give one, or use --model")
         if models and self.algo == "cory" and self.num_agents is not None and len(models) != self.num_agents:
-            raise ValueError(
+            raise UsageError(
                 f"--models lists {len(models)} model(s) ({', '.join(models)}) for --num-agents {self.num_agents}: give one "
                 f"per agent, llm_0 first, or drop --num-agents (it follows the list)"
             )
         if self.templates:
             self.template_list()  # a bad list fails now
         if self.value_lr < 0:
-            raise ValueError(f"--value-lr must be positive (or 0: the same as --lr), got {self.value_lr}")
+            raise UsageError(f"--value-lr must be positive (or 0: the same as --lr), got {self.value_lr}")
 
     def model_list(self) -> list[str]:
         """``--models`` as a list (empty without it)."""
@@ -185,11 +187,11 @@ class TrainConfig:
         try:
             templates = json.loads(self.templates)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"--templates must be a JSON list of strings, one per agent, got {self.templates!r}: {exc}") from exc
+            raise UsageError(f"--templates must be a JSON list of strings, one per agent, got {self.templates!r}: {exc}") from exc
         if not isinstance(templates, list) or not all(isinstance(t, str) for t in templates):
-            raise ValueError(f"--templates must be a JSON list of strings, one per agent, got {self.templates!r}")
+            raise UsageError(f"--templates must be a JSON list of strings, one per agent, got {self.templates!r}")
         if len(templates) != self.chain_length():
-            raise ValueError(
+            raise UsageError(
                 f"--templates lists {len(templates)} template(s) for a chain of {self.chain_length()} agent(s): give one per agent"
             )
         return templates
@@ -198,7 +200,7 @@ class TrainConfig:
         """The batch's shape, once presets and the task's defaults are in: minibatches and groups divide it."""
         mini = self.mini_batch_size or default_mini_batch_size(self.batch_size)
         if self.batch_size % mini:
-            raise ValueError(f"--batch-size {self.batch_size} must be a multiple of --mini-batch-size {mini}")
+            raise UsageError(f"--batch-size {self.batch_size} must be a multiple of --mini-batch-size {mini}")
         if self.learner in ("grpo", "rloo"):
             self.grpo_config(self.learner)  # its own checks
             check_group_size(self.batch_size, self.group_size, self.learner)
@@ -276,7 +278,7 @@ def prompt_source_name(config: TrainConfig) -> str:
 RESUMABLE_CHANGES = frozenset({
     "iterations", "out", "resume", "overwrite", "checkpoint_every", "keep_checkpoints", "trust_checkpoint",
     "samples_per_iteration", "tensorboard", "report_to",
-    "save_model", "retain_freed_memory", "cpu_linear", "padding_free", "reuse_scoring_pass",
+    "save_model", "retain_freed_memory", "cpu_linear", "padding_free", "reuse_scoring_pass", "reward_timeout",
     "gradient_checkpointing", "gradient_checkpointing_observer",
 })  # fmt: skip
 
@@ -290,10 +292,10 @@ def changed_settings(saved: dict[str, Any], current: dict[str, Any], may_change:
 
 
 def check_resumable(saved: dict[str, Any], current: dict[str, Any], out: str | Path = "") -> None:
-    """Raise a ValueError naming every setting (after presets and task defaults) in which a resumed
+    """Raise a UsageError (a ValueError) naming every setting (after presets and task defaults) in which a resumed
     run differs from the run that wrote its checkpoint, other than :data:`RESUMABLE_CHANGES`."""
     if diffs := changed_settings(saved, current, RESUMABLE_CHANGES):
-        raise ValueError(
+        raise UsageError(
             f"--resume: the checkpoint in {out} was written by a run with other settings ({diffs}). Resume with "
             f"that run's settings ({Path(out) / 'config.json'}), or start a new run: another --out, or --overwrite"
         )

@@ -37,6 +37,8 @@ from typing import Any
 from accelerate.tracking import LOGGER_TYPE_TO_CLASS, GeneralTracker, get_available_trackers
 from accelerate.utils import LoggerType
 
+from cory_env.errors import CoryError, UsageError
+
 #: The project (W&B project, MLflow experiment, trackio project) a run is reported under.
 PROJECT = "cory-env"
 #: ``--report-to``'s default.
@@ -49,6 +51,10 @@ PACKAGES = {
 }  # fmt: skip
 #: transformers' ``report_to`` names that accelerate's tracking API has no tracker for.
 _TRANSFORMERS_ONLY = ("azure_ml", "codecarbon", "dagshub", "flyte", "kubeflow", "neptune")
+
+
+class TrackerNotInstalledError(CoryError, ImportError):
+    """``--report-to`` names a tracker whose package is not installed: install it, or leave the tracker out."""
 
 
 def supported_trackers() -> list[str]:
@@ -67,21 +73,21 @@ def resolve_report_to(report_to: str | Sequence[str] = DEFAULT, tensorboard: boo
     ``report_to`` is ``"all"``, ``"none"``, a name, a comma-separated list or a list of names
     (as TRL's). ``tensorboard`` is the deprecated ``--tensorboard`` flag (``None``: not given):
     ``False`` turns the default ``--report-to tensorboard`` into none, ``True`` asks for
-    TensorBoard, which ``report_to`` must then name. Raises ValueError for an unknown name or
-    flags that contradict each other, ImportError for a tracker whose package is missing
-    (naming what to install).
+    TensorBoard, which ``report_to`` must then name. Raises :class:`~cory_env.errors.UsageError` (a
+    ValueError) for an unknown name or flags that contradict each other, :class:`TrackerNotInstalledError`
+    (an ImportError) for a tracker whose package is missing (naming what to install).
     """
     spec = report_to if isinstance(report_to, str) else ",".join(report_to)
     requested = list(dict.fromkeys(n.strip() for n in spec.split(",") if n.strip()))  # in order, once each
     flag = f"--report-to {spec or 'none'}"
     if ("all" in requested or "none" in requested) and len(requested) > 1:
-        raise ValueError(f"{flag}: 'all' and 'none' stand alone; list the trackers instead (e.g. tensorboard,wandb)")
+        raise UsageError(f"{flag}: 'all' and 'none' stand alone; list the trackers instead (e.g. tensorboard,wandb)")
     names = [] if requested == ["none"] else installed_trackers() if requested == ["all"] else requested
     for name in names:
         if name not in LOGGER_TYPE_TO_CLASS:
             known = ", ".join(["all", "none", *supported_trackers()])
             hint = " (transformers' Trainer reports to it, accelerate's tracking API has no tracker for it)"
-            raise ValueError(
+            raise UsageError(
                 f"{flag}: unknown tracker {name!r}{hint if name in _TRANSFORMERS_ONLY else ''}. Choose from {known}, "
                 f"comma-separated, or register a GeneralTracker subclass with "
                 f"accelerate.tracking.register_tracker_class"
@@ -89,14 +95,14 @@ def resolve_report_to(report_to: str | Sequence[str] = DEFAULT, tensorboard: boo
     if tensorboard is False and "tensorboard" in names:
         if requested != [DEFAULT]:  # the default (or said again): --tensorboard false switches it off
             others = ",".join(n for n in names if n != "tensorboard") or "none"
-            raise ValueError(
+            raise UsageError(
                 f"--tensorboard false contradicts {flag}, which reports to TensorBoard: drop --tensorboard "
                 f"(deprecated) and name the trackers in --report-to alone (e.g. --report-to {others})"
             )
         names = []
     if tensorboard is True and "tensorboard" not in names:
         wanted = ",".join([*names, "tensorboard"])
-        raise ValueError(
+        raise UsageError(
             f"--tensorboard true contradicts {flag}, which does not report to TensorBoard: drop --tensorboard "
             f"(deprecated) and name the trackers in --report-to alone (e.g. --report-to {wanted})"
         )
@@ -107,7 +113,7 @@ def resolve_report_to(report_to: str | Sequence[str] = DEFAULT, tensorboard: boo
             install = f"pip install {package}"
             if name in EXTRAS:
                 install = f"pip install 'cory-env[{EXTRAS[name]}]' (or {install})"
-            raise ImportError(
+            raise TrackerNotInstalledError(
                 f"--report-to {name}: the {name} tracker needs the {package} package, which is not installed. "
                 f"Install it with {install}, or leave {name} out of --report-to"
             )

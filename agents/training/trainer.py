@@ -65,12 +65,14 @@ from agents.training.export import MODEL_DIR, save_policies
 from agents.training.interrupt import StopRequests
 from agents.training.metrics import MetricsLogger
 from agents.training.plots import plot_run
+from agents.training.run_lock import RunExistsError, RunLock
 from agents.training.trackers import resolve_report_to
 from cory_env import CollectiveRewardWrapper, RoleExchangeWrapper, env
+from cory_env.errors import UsageError
 from cory_env.models import hugging_face_model, load_tokenizer
 from cory_env.prompts import PromptSource, repeat_each
 from cory_env.rewards import get_reward
-from cory_env.rewards.base import RewardFunction
+from cory_env.rewards.base import RewardCallCancelled, RewardFunction
 
 __all__ = [  # the config and the builders moved to agents.training.config and .build; still importable here
     "ALGOS", "LEARNERS", "PRESETS", "RESUMABLE_CHANGES", "TrainConfig", "Trainer", "apply_preset", "build_task",
@@ -103,17 +105,17 @@ class Trainer:
         self.config = config = dataclasses.replace(config, report_to=",".join(trackers) or "none", tensorboard=None)
         self.data_parallel = dp = DataParallel.from_environment()
         if dp.fsdp is not None and config.lora:
-            raise ValueError(
+            raise UsageError(
                 "FSDP shards full fine-tuning only: --lora keeps one frozen base shared by two adapters. Drop --lora, "
                 "or launch --lora with examples/accelerate/multi_gpu.yaml (data parallel)"
             )
         if dp.zero is not None and config.lora:
-            raise ValueError(
+            raise UsageError(
                 "DeepSpeed ZeRO is supported for full fine-tuning only: drop --lora, or launch --lora with "
                 "examples/accelerate/multi_gpu.yaml (data parallel)"
             )
         if config.gradient_checkpointing_observer and (config.algo != "cory" or dp.sharded or dp.zero is not None):
-            raise ValueError(
+            raise UsageError(
                 "--gradient-checkpointing-observer applies to CORY's observer in a single process or data-parallel run; "
                 "with --algo ppo, FSDP or DeepSpeed use --gradient-checkpointing (every update)"
             )
@@ -136,7 +138,9 @@ class Trainer:
         if prompts is None:
             source = prompt_source_name(config)
             prompts = self.task.prompts(self.tokenizer, split="train", seed=config.seed, source=source)
-        reward = get_reward(reward_fn if reward_fn is not None else config.reward, self.device)
+        reward = get_reward(reward_fn if reward_fn is not None else config.reward, self.device,
+                            timeout=config.reward_timeout)  # fmt: skip
+        self.reward = reward  # a stop request abandons a reward call that hangs (reward.cancel)
         references, policies = build_models(config, names, self.device, learner_devices, dp)
         self.policies = policies  # what the learners act with (gathered whole for a rollout), by learner
         sampling = dict(do_sample=True, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)
@@ -226,7 +230,7 @@ class Trainer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         processes = state.get("processes")
         if len(processes or [None]) != self.data_parallel.num_processes:
-            raise ValueError(
+            raise UsageError(
                 f"the checkpoint was written by {len(processes or [None])} process(es), this run has "
                 f"{self.data_parallel.num_processes}: resume with the same accelerate launch --num_processes"
             )
@@ -314,8 +318,14 @@ class Trainer:
     def train(self, progress: bool = True) -> Path:
         """Run (or resume) to ``config.iterations``; returns the output folder.
 
-        In a data-parallel run every process calls this; only the main one writes files.
+        The run holds the output folder's lock throughout (:mod:`agents.training.run_lock`): a
+        second run into the same ``--out`` fails at once. In a data-parallel run every process
+        calls this; only the main one holds the lock and writes files.
         """
+        with RunLock(self.out) if self.data_parallel.is_main_process else contextlib.nullcontext():
+            return self._train(progress)
+
+    def _train(self, progress: bool) -> Path:
         c, dp = self.config, self.data_parallel
         main = dp.is_main_process
         if main:
@@ -324,7 +334,7 @@ class Trainer:
         checkpoint = latest_checkpoint(self.out)
         if checkpoint is not None and not c.resume:
             if not c.overwrite:
-                raise FileExistsError(
+                raise RunExistsError(
                     f"{self.out} already holds a run (checkpoint {checkpoint.name}): pass --resume to continue it, "
                     f"--overwrite to start over there, or choose another --out"
                 )
@@ -352,11 +362,17 @@ class Trainer:
             (self.out / "config.json").write_text(json.dumps(dataclasses.asdict(c), indent=2))
         bar = tqdm(total=c.iterations, initial=self.iteration, disable=not (progress and main), desc=c.algo, unit="it")
         self.stopped_by = ""
-        stop = StopRequests(_announce_stop if main else None)  # Ctrl-C, SIGTERM: stop after the iteration
+        abandoned = ""  # the reward whose call a stop request abandoned, if one was
+        self.reward.cancel.clear()
+        stop = StopRequests(self._stop_requested)  # Ctrl-C, SIGTERM: stop after the iteration
         with records if records is not None else contextlib.nullcontext(), stop:
             while self.iteration < c.iterations:
                 it = self.iteration
-                metrics, samples = self.run_iteration()
+                try:
+                    metrics, samples = self.run_iteration()
+                except RewardCallCancelled:  # a stop request during a reward call that did not return
+                    self.stopped_by, abandoned = stop.signal, self.reward.name
+                    break
                 if records is not None:
                     records.log(it, metrics)
                     records.log_samples(it, samples)
@@ -374,7 +390,13 @@ class Trainer:
         bar.close()
         if main:
             plot_run(self.out)
-        if self.stopped_by and main:
+        if abandoned and main:
+            kept = latest_checkpoint(self.out)
+            logger.warning("stopped by %s during a call of the reward %s, which did not return: iteration %d is lost; "
+                           "%s: continue with --resume --out %s", self.stopped_by, abandoned, self.iteration + 1,
+                           f"the last checkpoint, {kept.name}, is kept" if kept else "no checkpoint was written yet",
+                           self.out)  # fmt: skip
+        elif self.stopped_by and main:
             logger.warning("stopped by %s after iteration %d of %d, checkpoint saved: continue with --resume --out %s",
                            self.stopped_by, self.iteration, c.iterations, self.out)  # fmt: skip
         elif c.save_model and not self.stopped_by:
@@ -391,8 +413,11 @@ class Trainer:
         return save_policies(self.policies, self.tokenizers, folder, sharded=dp.sharded, main=dp.is_main_process)
 
 
-def _announce_stop(name: str) -> None:
-    tqdm.write(f"{name}: finishing this iteration, then a checkpoint (again to stop at once)")
+    def _stop_requested(self, signal_name: str) -> None:
+        """The first Ctrl-C or SIGTERM: finish the iteration, then checkpoint; a reward call that hangs is abandoned."""
+        if self.data_parallel.is_main_process:
+            tqdm.write(f"{signal_name}: finishing this iteration, then a checkpoint (again to stop at once)")
+        self.reward.cancel.set()
 
 
 def _postfix(metrics: dict[str, float]) -> dict[str, str]:

@@ -6,8 +6,15 @@ Built-ins: ``vader`` (:mod:`~cory_env.rewards.sentiment`), ``gsm8k``
 (:func:`register`), other packages' (entry points) and ``module:function`` by name.
 """
 
-from cory_env.rewards.base import RewardFunction, RewardFunctionError, score_responses
+from cory_env.rewards.base import (
+    RewardCallCancelled,
+    RewardFunction,
+    RewardFunctionError,
+    RewardTimeoutError,
+    score_responses,
+)
 from cory_env.rewards.registry import (
+    DEFAULT_REWARD_TIMEOUT,
     ENTRY_POINT_GROUP,
     CheckedReward,
     RewardNotFoundError,
@@ -18,11 +25,14 @@ from cory_env.rewards.registry import (
 )
 
 __all__ = [
+    "DEFAULT_REWARD_TIMEOUT",
     "ENTRY_POINT_GROUP",
     "CheckedReward",
+    "RewardCallCancelled",
     "RewardFunction",
     "RewardFunctionError",
     "RewardNotFoundError",
+    "RewardTimeoutError",
     "available_rewards",
     "get_reward",
     "register",

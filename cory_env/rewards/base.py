@@ -6,15 +6,34 @@ A reward function scores a batch of complete responses::
 
 ``metadata`` holds one list per key of the prompts' :attr:`~cory_env.prompts.Prompt.metadata`
 (for example ``answer=[...]`` for GSM8K). Functions that do not need it accept ``**_``.
+
+It returns one real number per response: a list of ``float`` or ``int``, or a numeric numpy
+array or torch tensor. Anything else (a ``bool``, a string, even ``"0.5"``, ``None``, NaN or
+infinity) is refused with a :class:`RewardFunctionError` that names the function, the item
+and what it was.
+
+**A reward that hangs.** A call may be given a time limit (``timeout``, ``--reward-timeout``):
+past it the call fails with :class:`RewardTimeoutError`, naming the reward. The call runs in a
+worker thread, so that the caller can also abandon it (``cancel``, set when a training run is
+asked to stop): it gets :data:`CANCEL_GRACE_S` seconds to return, then fails with
+:class:`RewardCallCancelled`. An abandoned call's thread is left to finish (Python cannot stop
+a thread); it ends with the process. The worker keeps the caller's gradient mode (torch's is
+per thread).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping, Sequence
+import numbers
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
+import torch
+
+from cory_env.errors import CoryError
 
 
 class RewardFunction(Protocol):
@@ -23,8 +42,20 @@ class RewardFunction(Protocol):
     ) -> Sequence[float]: ...
 
 
-class RewardFunctionError(RuntimeError):
+#: Seconds an abandoned reward call (see ``cancel``) still has to return before it fails.
+CANCEL_GRACE_S = 5.0
+
+
+class RewardFunctionError(CoryError, RuntimeError):
     """A reward function raised, or returned something that is not one finite score per response."""
+
+
+class RewardTimeoutError(RewardFunctionError):
+    """A reward call ran past its time limit (``--reward-timeout``)."""
+
+
+class RewardCallCancelled(RewardFunctionError):
+    """A reward call that its caller abandoned (a stop request) and that did not return in the grace time."""
 
 
 def reward_name(fn: Any) -> str:
@@ -41,17 +72,26 @@ def score_responses(
     metadata: Mapping[str, list[Any]] | None = None,
     *,
     name: str | None = None,
+    timeout: float | None = None,
+    cancel: threading.Event | None = None,
 ) -> np.ndarray:
-    """Call ``fn`` on a batch and check it returned one finite float per response.
+    """Call ``fn`` on a batch and check it returned one finite real number per response.
 
     Returns a float64 array of shape ``(len(responses),)``. Raises
     :class:`RewardFunctionError` naming the function (``name``, default
     :func:`reward_name`) and the offending item. A :class:`RewardFunctionError` raised
     inside ``fn`` (an already checked reward) passes through unchanged.
+
+    ``timeout`` (seconds) limits the call (:class:`RewardTimeoutError`); once ``cancel`` is
+    set, the call has :data:`CANCEL_GRACE_S` seconds left (:class:`RewardCallCancelled`).
+    With neither, ``fn`` is called in the caller's thread.
     """
     name = name or reward_name(fn)
     try:
-        raw = fn(queries, responses, **(metadata or {}))
+        if timeout is None and cancel is None:
+            raw = fn(queries, responses, **(metadata or {}))
+        else:
+            raw = _call_with_deadline(lambda: fn(queries, responses, **(metadata or {})), name, timeout, cancel)
     except RewardFunctionError:
         raise
     except Exception as exc:
@@ -65,6 +105,7 @@ def score_responses(
             f"reward function {name} raised {type(exc).__name__}: {exc} "
             f"(while scoring {len(responses)} responses; first query {queries[0] if queries else None!r})"
         ) from exc
+    _check_real_numbers(raw, name, queries, responses)
     try:
         scores = np.asarray(raw, dtype=np.float64).reshape(-1)
     except (TypeError, ValueError) as exc:
@@ -86,6 +127,78 @@ def score_responses(
             f"{bad.size} of {len(responses)} scores are NaN or infinite."
         )
     return scores
+
+
+def _call_with_deadline(call: Callable[[], Any], name: str, timeout: float | None, cancel: threading.Event | None) -> Any:
+    """``call()`` in a worker thread, waited for until ``timeout`` or :data:`CANCEL_GRACE_S` after ``cancel``."""
+    outcome: dict[str, Any] = {}
+    done = threading.Event()
+    grad = torch.is_grad_enabled()
+
+    def work() -> None:
+        try:
+            with torch.set_grad_enabled(grad):
+                outcome["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    start = time.monotonic()
+    threading.Thread(target=work, name=f"reward {name}", daemon=True).start()
+    cancelled_at = None
+    while not done.wait(0.05):  # short waits: the caller's signal handlers run in between
+        now = time.monotonic()
+        if cancel is not None and cancel.is_set():
+            cancelled_at = now if cancelled_at is None else cancelled_at
+            if now - cancelled_at >= CANCEL_GRACE_S:
+                raise RewardCallCancelled(
+                    f"reward function {name} was abandoned: the run was asked to stop during its call, which had not "
+                    f"returned {now - start:.0f} s after it began ({CANCEL_GRACE_S:.0f} s after the stop request)"
+                )
+        if timeout is not None and now - start >= timeout:
+            raise RewardTimeoutError(
+                f"reward function {name} did not return within {timeout:g} s (--reward-timeout). If it is slow but "
+                f"working, give a larger --reward-timeout, 0 for no limit, or mark the function slow "
+                f"(my_reward.slow = True); if it hangs (a server that does not answer, a lock), fix that"
+            )
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def _check_real_numbers(raw: Any, name: str, queries: list[str], responses: list[str]) -> None:
+    """Refuse scores that are not real numbers (bools, strings, None, objects), naming the first such item."""
+    if isinstance(raw, torch.Tensor):
+        if raw.dtype == torch.bool or raw.is_complex():
+            raise RewardFunctionError(f"reward function {name} returned a tensor of {raw.dtype}: rewards must be "
+                                      f"real numbers, for example rewards.float()")  # fmt: skip
+        return
+    if isinstance(raw, np.ndarray) and raw.dtype.kind in "iuf":
+        return
+    if isinstance(raw, (str, bytes)) or not isinstance(raw, (Sequence, np.ndarray)):
+        return  # a scalar or another kind of container: the count check below names it
+    for i, item in enumerate(np.asarray(raw, dtype=object).reshape(-1) if isinstance(raw, np.ndarray) else raw):
+        if _is_real_number(item):
+            continue
+        where = f"query {queries[i]!r}, response {responses[i]!r}" if i < len(responses) else "past the last response"
+        hint = " (a string of a number: return float(...) of it)" if isinstance(item, (str, bytes)) else ""
+        raise RewardFunctionError(
+            f"reward function {name} returned {type(item).__name__} {item!r:.80} for item {i} ({where}); rewards "
+            f"must be real numbers (float or int), not {type(item).__name__}{hint}"
+        )
+
+
+def _is_real_number(item: Any) -> bool:
+    if isinstance(item, (bool, np.bool_)):
+        return False
+    if isinstance(item, numbers.Real):
+        return True
+    if isinstance(item, torch.Tensor):  # a one-value tensor
+        return item.ndim == 0 and item.dtype != torch.bool and not item.dtype.is_complex
+    if isinstance(item, np.ndarray):
+        return item.ndim == 0 and item.dtype.kind in "iuf"
+    return False
 
 
 def _signature_mismatch(fn: Any, queries: list[str], responses: list[str], metadata: Mapping[str, Any] | None) -> str:

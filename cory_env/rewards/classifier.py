@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from cory_env.errors import UsageError
 from cory_env.hub import hub_offline
 
 logger = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ POSITIVE_NAMES = ("POSITIVE", "POS")
 FALLBACK_MAX_LENGTH = 512
 
 
-class NoPositiveLabelError(ValueError):
+class NoPositiveLabelError(UsageError):
     """The classifier has no label that can be taken as positive: pass ``positive_label``."""
 
 

@@ -35,11 +35,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import threading
 from collections.abc import Callable
 from typing import Any, overload
 
 import torch
 
+from cory_env.errors import UsageError
 from cory_env.rewards.base import RewardFunction, RewardFunctionError, reward_name, score_responses
 
 #: The entry-point group other packages declare rewards in.
@@ -48,8 +50,12 @@ ENTRY_POINT_GROUP = "cory_env.rewards"
 _REGISTRY: dict[str, RewardFunction] = {}
 
 
-class RewardNotFoundError(ValueError):
+class RewardNotFoundError(UsageError):
     """A reward name that is not registered, not an entry point, not importable, and not a loadable classifier."""
+
+
+#: Seconds a reward call may take by default (``--reward-timeout``) unless the function is marked slow.
+DEFAULT_REWARD_TIMEOUT = 300.0
 
 
 class CheckedReward:
@@ -58,14 +64,29 @@ class CheckedReward:
     Calling it returns a list of floats, one finite score per response, or raises
     :class:`RewardFunctionError` naming :attr:`name` and the offending item.
     ``fn`` is the unchecked function.
+
+    ``timeout``: the seconds a call may take before it fails with
+    :class:`~cory_env.rewards.base.RewardTimeoutError`; ``0``: no limit; ``None`` (the default):
+    :data:`DEFAULT_REWARD_TIMEOUT`, or no limit for a function that declares itself slow with
+    the attribute ``slow = True`` (a judge model behind a queue, a batch of program runs).
+    Setting :attr:`cancel` (a :class:`threading.Event`) abandons the call in progress
+    (:class:`~cory_env.rewards.base.RewardCallCancelled` after a few seconds' grace): the
+    trainer sets it when it is asked to stop.
     """
 
-    def __init__(self, name: str, fn: RewardFunction):
+    def __init__(self, name: str, fn: RewardFunction, timeout: float | None = None):
+        if timeout is not None and (isinstance(timeout, bool) or not timeout >= 0):
+            raise UsageError(f"--reward-timeout must be a number of seconds >= 0 (0: no limit), got {timeout!r}")
         self.name = name
         self.fn = fn
+        if timeout is None:
+            timeout = 0.0 if getattr(fn, "slow", False) else DEFAULT_REWARD_TIMEOUT
+        self.timeout: float | None = float(timeout) or None
+        self.cancel = threading.Event()
 
     def __call__(self, queries: list[str], responses: list[str], **metadata: Any) -> list[float]:
-        return score_responses(self.fn, list(queries), list(responses), metadata, name=self.name).tolist()
+        return score_responses(self.fn, list(queries), list(responses), metadata, name=self.name,
+                               timeout=self.timeout, cancel=self.cancel).tolist()  # fmt: skip
 
     def __repr__(self) -> str:
         return f"CheckedReward({self.name!r}, {self.fn!r})"
@@ -119,7 +140,9 @@ def available_rewards() -> list[str]:
     return sorted(set(_REGISTRY) | set(_entry_points()))
 
 
-def get_reward(name: str | RewardFunction, device: str | torch.device | None = None) -> CheckedReward:
+def get_reward(
+    name: str | RewardFunction, device: str | torch.device | None = None, *, timeout: float | None = None
+) -> CheckedReward:
     """Resolve a reward by name (see the module docs for the order); a callable is wrapped as is.
 
     Args:
@@ -127,24 +150,28 @@ def get_reward(name: str | RewardFunction, device: str | torch.device | None = N
             text-classification model name or local folder, or a reward function.
         device: where a classifier reward runs (the agents' device); ``None``: CUDA if
             available, else CPU. Other rewards ignore it.
+        timeout: seconds a call may take (:class:`CheckedReward`; ``None``: the default, ``0``:
+            no limit). A :class:`CheckedReward` given as ``name`` keeps its own unless given.
 
     Raises:
         RewardNotFoundError: the name resolves to nothing; the message lists the
             registered rewards and the other forms (and, offline, how to get a Hub model).
     """
+    if isinstance(name, CheckedReward):
+        return name if timeout is None else CheckedReward(name.name, name.fn, timeout)
     if callable(name) and not isinstance(name, str):
-        return name if isinstance(name, CheckedReward) else CheckedReward(reward_name(name), name)
+        return CheckedReward(reward_name(name), name, timeout)
     if not isinstance(name, str) or not name.strip():
         raise RewardNotFoundError(f"a reward name must be a non-empty string, got {name!r}. {_forms()}")
     name = name.strip()
     if name in _REGISTRY:
-        return CheckedReward(name, _REGISTRY[name])
+        return CheckedReward(name, _REGISTRY[name], timeout)
     entry_point = _entry_points().get(name)
     if entry_point is not None:
-        return CheckedReward(name, _load_entry_point(entry_point))
+        return CheckedReward(name, _load_entry_point(entry_point), timeout)
     if ":" in name:
-        return CheckedReward(name, _import_function(name))
-    return CheckedReward(f"classifier {name!r}", _load_classifier(name, device))
+        return CheckedReward(name, _import_function(name), timeout)
+    return CheckedReward(f"classifier {name!r}", _load_classifier(name, device), timeout)
 
 
 def _forms() -> str:
@@ -230,6 +257,7 @@ _register_builtins()
 __all__ = [
     "ENTRY_POINT_GROUP",
     "CheckedReward",
+    "DEFAULT_REWARD_TIMEOUT",
     "RewardFunctionError",
     "RewardNotFoundError",
     "available_rewards",

@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from cory_env.errors import UsageError
 from cory_env.prompts import PromptSource
 from cory_env.tasks.custom import custom_prompts, custom_task
 from cory_env.tasks.gsm8k import gsm8k_prompts, load_gsm8k
@@ -126,7 +127,7 @@ def get_task(name: str) -> Task:
     try:
         return TASKS[name]
     except (KeyError, TypeError):
-        raise ValueError(
+        raise UsageError(
             f"unknown task {name!r}: the registered tasks are {', '.join(sorted(TASKS))}. "
             "For your own prompts use custom_task(data) (command line: --task-file)."
         ) from None

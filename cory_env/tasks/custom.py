@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cory_env.errors import UsageError
 from cory_env.prompts import Prompt, PromptList
 
 if TYPE_CHECKING:
@@ -36,6 +37,10 @@ if TYPE_CHECKING:
 FILE_TYPES = (".jsonl", ".csv")
 
 CustomData = Any  # a datasets.Dataset, a list of strings or dicts, or a path to a .jsonl / .csv file
+
+
+class PromptFileNotFoundError(UsageError, FileNotFoundError):
+    """The prompt file (``--task-file``) does not exist: fix the path."""
 
 
 def custom_prompts(
@@ -53,8 +58,8 @@ def custom_prompts(
             columns but the query.
 
     Raises:
-        FileNotFoundError: the file does not exist.
-        ValueError: unsupported file type, a line that is not JSON, a missing column
+        PromptFileNotFoundError: the file does not exist (a ``FileNotFoundError``).
+        UsageError (a ``ValueError``): unsupported file type, a line that is not JSON, a missing column
             (the message names the columns present), an empty or non-string query, or
             no rows at all.
         TypeError: ``data`` is none of the above.
@@ -73,7 +78,7 @@ def custom_prompts(
             f"got {type(data).__name__}"
         )
     if not rows:
-        raise ValueError(f"{where} holds no prompts: give at least one row")
+        raise UsageError(f"{where} holds no prompts: give at least one row")
     if all(isinstance(r, str) for r in rows):
         return PromptList([Prompt(_query(r, i, where)) for i, r in enumerate(rows)])
     if not all(isinstance(r, Mapping) for r in rows):
@@ -92,7 +97,7 @@ def _is_dataset(data: Any) -> bool:
 
 def _read_file(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
-        raise FileNotFoundError(
+        raise PromptFileNotFoundError(
             f"prompt file {str(path)!r} does not exist"
             + (" (it is a folder)" if path.is_dir() else f" (working directory: {os.getcwd()})")
         )
@@ -106,19 +111,19 @@ def _read_file(path: Path) -> list[dict[str, Any]]:
                 try:
                     rows.append(json.loads(line))
                 except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}, line {number}: not valid JSON ({exc}): {line[:80]!r}") from exc
+                    raise UsageError(f"{path}, line {number}: not valid JSON ({exc}): {line[:80]!r}") from exc
                 if not isinstance(rows[-1], dict):
-                    raise ValueError(f"{path}, line {number}: each line must be a JSON object, got {line[:80]!r}")
+                    raise UsageError(f"{path}, line {number}: each line must be a JSON object, got {line[:80]!r}")
         return rows
     if suffix == ".csv":
         with path.open(encoding="utf-8", newline="") as f:
             return list(csv.DictReader(f))
-    raise ValueError(f"prompt file {str(path)!r}: unsupported type {suffix or '(none)'!r}; use one of {FILE_TYPES}")
+    raise UsageError(f"prompt file {str(path)!r}: unsupported type {suffix or '(none)'!r}; use one of {FILE_TYPES}")
 
 
 def _query(value: Any, index: int, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{where}, row {index}: the query must be a non-empty string, got {value!r}")
+        raise UsageError(f"{where}, row {index}: the query must be a non-empty string, got {value!r}")
     return value
 
 
@@ -130,7 +135,7 @@ def _prompts_from_rows(
         wanted = [query_field, *(metadata_fields or [])]
         missing = [f for f in wanted if f not in row]
         if missing:
-            raise ValueError(
+            raise UsageError(
                 f"{where}, row {index}: no column {', '.join(map(repr, missing))}; "
                 f"the columns are {', '.join(map(repr, row))}. "
                 + ("Choose the query column with query_field (--query-field)." if query_field in missing else "")
@@ -176,7 +181,7 @@ def custom_task(
 
     def prompts(tokenizer: Any = None, *, split: str = "train", seed: int = 0, source: str = "auto") -> PromptList:
         if split not in splits:
-            raise ValueError(
+            raise UsageError(
                 f"the custom task {name!r} has no {split!r} split: its splits are {sorted(splits)} "
                 "(give test_data for a held-out split)"
             )

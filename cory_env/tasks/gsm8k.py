@@ -36,6 +36,7 @@ import re
 import tomllib
 from typing import Any
 
+from cory_env.errors import UsageError
 from cory_env.hub import DatasetUnavailableError, forced_offline, hub_else_embedded, hub_offline, offline_reason
 from cory_env.prompts import Prompt, PromptList
 from cory_env.rewards.gsm8k import canonical_number
@@ -85,9 +86,9 @@ def load_gsm8k(source: str = "auto", split: str = "train") -> list[Prompt]:
             embedded problems are missing (the package is not installed).
     """
     if source not in SOURCES:
-        raise ValueError(f"unknown GSM8K source {source!r}: choose one of {', '.join(map(repr, SOURCES))}")
+        raise UsageError(f"unknown GSM8K source {source!r}: choose one of {', '.join(map(repr, SOURCES))}")
     if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}: choose one of {', '.join(map(repr, SPLITS))}")
+        raise UsageError(f"unknown split {split!r}: choose one of {', '.join(map(repr, SPLITS))}")
     if source == "gsm8k":
         return list(_hub_problems(split))
     if source == "gsm_symbolic":

