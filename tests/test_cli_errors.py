@@ -3,6 +3,7 @@ CORY_DEBUG=1 show its traceback; any other exception keeps its traceback (agents
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import subprocess
@@ -215,6 +216,39 @@ def test_cory_bench_refuses_an_unknown_algorithm(run, tmp_path):
     code, err = run(reward_benchmark.main, "cory-bench", ["--algos", "ppo", "grpo", "--out", str(tmp_path / "b")])
     assert code == 2
     assert the_error(err, "cory-bench") == "--algos ppo grpo: choose among cory, ppo"
+
+
+def test_a_folder_that_holds_a_run(run, toy_model, tmp_path):
+    cory_train.main(toy_args(toy_model, tmp_path))  # a run, with its checkpoint
+    code, err = run(cory_train.main, "cory-train", toy_args(toy_model, tmp_path))
+    assert code == 2
+    assert the_error(err, "cory-train").startswith(f"{tmp_path} already holds a run")
+
+
+def test_a_tracker_whose_package_is_not_installed(run, toy_model, tmp_path):
+    pytest.importorskip("accelerate")
+    if importlib.util.find_spec("comet_ml") is not None:
+        pytest.skip("comet_ml is installed here")
+    code, err = run(cory_train.main, "cory-train", toy_args(toy_model, tmp_path, "--report-to", "comet_ml"))
+    assert code == 1
+    assert the_error(err, "cory-train").startswith("--report-to comet_ml: the comet_ml tracker needs the comet-ml "
+                                                   "package, which is not installed. Install it with pip install")  # fmt: skip
+
+
+def test_a_checkpoint_that_cannot_be_written(run, toy_model, tmp_path):
+    (tmp_path / "checkpoints").write_text("a file where the checkpoints folder goes")
+    code, err = run(cory_train.main, "cory-train", toy_args(toy_model, tmp_path))
+    assert code == 1
+    message = the_error(err, "cory-train")
+    assert message.startswith(f"could not write the checkpoint {tmp_path / 'checkpoints' / 'iter_000000.safetensors'}")
+    assert message.endswith("No earlier checkpoint exists: a rerun starts at iteration 0.")
+
+
+def test_cory_bench_into_a_folder_that_holds_a_benchmark(run, tmp_path):
+    (tmp_path / "benchmark.json").write_text("{}")
+    code, err = run(reward_benchmark.main, "cory-bench", ["--out", str(tmp_path)])
+    assert code == 2
+    assert the_error(err, "cory-bench").startswith(f"{tmp_path} already holds a benchmark: pass --resume")
 
 
 # ------------------------------------------------------------- the mechanism

@@ -116,9 +116,29 @@ def test_a_cancelled_call_that_does_not_return_is_abandoned_after_the_grace(monk
     with pytest.raises(RewardCallCancelled, match="was abandoned"):
         reward(QUERIES, RESPONSES)
     assert time.monotonic() - start < 5
-    reward = get_reward(sleeping(0.3), timeout=0)  # one that returns within the grace is kept
+    reward = get_reward(sleeping(30), timeout=0)
+    threading.Timer(0.3, reward.cancel.set).start()
+    with pytest.raises(RewardCallCancelled):
+        reward(QUERIES, RESPONSES)
+    reward = get_reward(sleeping(0.2), timeout=0)  # one that returns within the grace is kept
+    threading.Timer(0.1, reward.cancel.set).start()
+    assert reward(QUERIES, RESPONSES) == [1.0, 1.0, 1.0]
+
+
+def test_a_call_that_begins_after_the_stop_request_runs_to_its_end(monkeypatch):
+    """The run finishes the iteration it is in: a reward call of that iteration, begun after the signal,
+    is not abandoned however long past the grace it runs."""
+    monkeypatch.setattr("cory_env.rewards.base.CANCEL_GRACE_S", 0.2)
+    reward = get_reward(sleeping(1.0), timeout=0)
     reward.cancel.set()
     assert reward(QUERIES, RESPONSES) == [1.0, 1.0, 1.0]
+
+
+def test_tensor_scores_that_need_grad_or_are_half_precision_are_read():
+    scores = torch.tensor([0.5, 1.0, 2.0], requires_grad=True) * 2
+    assert get_reward(lambda q, r, **_: scores, timeout=5)(QUERIES, RESPONSES) == [1.0, 2.0, 4.0]
+    half = torch.tensor([0.5, 1.0, 2.0], dtype=torch.bfloat16)
+    assert get_reward(lambda q, r, **_: half, timeout=5)(QUERIES, RESPONSES) == [0.5, 1.0, 2.0]
 
 
 def test_the_call_keeps_the_callers_gradient_mode():

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -78,7 +79,8 @@ def main(argv: list[str] | None = None) -> None:
     for name in ("agents", "cory_env"):
         logging.getLogger(name).setLevel(logging.INFO)
         logging.getLogger(name).addHandler(handler)
-    RunLock(config.out).check_free()  # before the models load: a folder another run holds fails at once
+    if int(os.environ.get("RANK", "0")) == 0:  # the process that will hold the lock (accelerate's main one)
+        RunLock(config.out).check_free()  # before the models load: a folder another run holds fails at once
     trainer = Trainer(config)
     out = trainer.train()
     if trainer.stopped_by:  # Ctrl-C or SIGTERM: a checkpoint after the iteration (agents.training.interrupt)

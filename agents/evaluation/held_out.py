@@ -65,14 +65,16 @@ def task_prompts(
     return task.prompts(tokenizer, split=split, seed=seed, source=source), run.pioneer_template or task.pioneer_template
 
 
-def load_reward(name: str, task: str, device: torch.device | None = None) -> tuple[str, RewardFunction]:
-    """``(name, function)`` of the reward ``name``, or of the task's default reward when ``name`` is empty."""
+def load_reward(name: str, task: str, device: torch.device | None = None,
+                timeout: float | None = None) -> tuple[str, RewardFunction]:  # fmt: skip
+    """``(name, function)`` of the reward ``name``, or of the task's default reward when ``name`` is
+    empty; ``timeout``: :func:`~cory_env.rewards.get_reward`'s (``--reward-timeout``)."""
     if not name:
         default = get_task(task).default_reward
         if callable(default):
             return getattr(default, "__name__", "default"), default
         name = default
-    return name, get_reward(name, device=device)
+    return name, get_reward(name, device=device, timeout=timeout)
 
 
 # ------------------------------------------------------------------------- settings
@@ -99,6 +101,7 @@ class EvalConfig:
         None, "an answer is correct when its reward is >= this (pass@k); default 1.0 for gsm8k, off otherwise"
     )
     seed: int = flag(0, "seed of the prompt choice and of sampling")
+    reward_timeout: float | None = flag(None, "seconds one reward call may take (0: no limit); default: the run's --reward-timeout, else 300")
     out: str = flag("", "JSON file to write; default: <run>/evaluation.json, or evaluation.json for --model")
     device: str = flag("auto", "cpu, cuda, or auto")
 
@@ -324,14 +327,16 @@ def evaluate(config: EvalConfig, *, progress: bool = True, write: bool = True) -
         policy = {"checkpoint": str(path), "iterations_trained": int(state["iteration"]), "algo": run.algo,
                   "model": run.model}  # fmt: skip
         task = config.task or run.task
-        reward_name, reward_fn = load_reward(config.reward or (run.reward if task == run.task else ""), task, device)
+        timeout = config.reward_timeout if config.reward_timeout is not None else run.reward_timeout
+        reward_name, reward_fn = load_reward(config.reward or (run.reward if task == run.task else ""), task, device,
+                                             timeout)  # fmt: skip
         trainer = policy_from_checkpoint(state, reward_fn=reward_fn, device=config.device)
         del state  # optimizer moments: not needed any more
         out = Path(config.out) if config.out else run_folder(path) / "evaluation.json"
     else:
         task = config.task or "sentiment"
         run, policy = with_task_defaults(TrainConfig(model=config.model, task=task), get_task(task)), {"model": config.model}
-        reward_name, reward_fn = load_reward(config.reward, task, device)
+        reward_name, reward_fn = load_reward(config.reward, task, device, config.reward_timeout)
         trainer = policy_from_model(config.model, reward_fn=reward_fn, device=config.device)
         out = Path(config.out or "evaluation.json")
     learners = _chosen_learners(trainer.learners, config.learner)

@@ -53,7 +53,8 @@ from cory_env.errors import UsageError
 #: TrainConfig fields the benchmark sets for each run itself.
 PER_RUN = ("algo", "seed", "out", "resume", "overwrite")
 #: Settings a --resume may change: they do not change what a finished run means.
-MAY_CHANGE = ("iterations", "device", "checkpoint_every", "tensorboard", "report_to", "samples_per_iteration")
+MAY_CHANGE = ("iterations", "device", "checkpoint_every", "tensorboard", "report_to", "samples_per_iteration",
+              "reward_timeout")  # fmt: skip
 
 
 @dataclass

@@ -68,7 +68,7 @@ class UntrustedCheckpointError(CheckpointError):
     """A checkpoint in the old pickle format, which is loaded only when its source is trusted."""
 
 
-class CheckpointSaveError(CheckpointError):
+class CheckpointSaveError(CheckpointError, OSError):
     """A checkpoint that could not be written (a full disk, a file-size limit, no permission); the previous one is intact."""
 
 
@@ -110,11 +110,11 @@ def save_checkpoint(out_dir: str | Path, iteration: int, state: dict[str, Any], 
     tree = json.dumps(_encode(state, "", tensors, {}, set()))
     metadata = {"format": FORMAT, "version": VERSION, "state": tree, "sha256": _digest(tree, tensors)}
     folder = checkpoint_dir(out_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"iter_{iteration:06d}{SUFFIX}"
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=folder)
-    os.close(fd)
+    path, tmp = folder / f"iter_{iteration:06d}{SUFFIX}", ""
     try:
+        folder.mkdir(parents=True, exist_ok=True)  # a failure here too (a file in the way, no space) says what to do
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=folder)
+        os.close(fd)
         save_file(tensors, tmp, metadata=metadata)
         with open(tmp, "rb") as f:  # the data on disk before the rename makes it visible
             os.fsync(f.fileno())
@@ -124,7 +124,7 @@ def save_checkpoint(out_dir: str | Path, iteration: int, state: dict[str, Any], 
         os.replace(tmp, path)
         _fsync_folder(folder)  # the rename itself survives a power loss
     except BaseException as exc:
-        if os.path.exists(tmp):
+        if tmp and os.path.exists(tmp):
             os.unlink(tmp)
         if isinstance(exc, (OSError, SafetensorError)):
             raise CheckpointSaveError(_save_failure(out_dir, path, exc)) from exc

@@ -47,7 +47,9 @@ from agents.training.build import (
     select_devices,
     trainable_parameters,
 )
-from agents.training.checkpoint import checkpoint_dir, latest_checkpoint, load_latest, save_checkpoint
+from agents.training.checkpoint import (
+    checkpoint_dir, checkpoint_iteration, latest_checkpoint, load_latest, save_checkpoint,
+)
 from agents.training.config import (
     ALGOS,
     PRESETS,
@@ -392,8 +394,11 @@ class Trainer:
             plot_run(self.out)
         if abandoned and main:
             kept = latest_checkpoint(self.out)
-            logger.warning("stopped by %s during a call of the reward %s, which did not return: iteration %d is lost; "
-                           "%s: continue with --resume --out %s", self.stopped_by, abandoned, self.iteration + 1,
+            first_lost = checkpoint_iteration(kept) + 2 if kept else 1
+            lost = f"iteration {first_lost} is" if first_lost == self.iteration + 1 else \
+                f"iterations {first_lost} to {self.iteration + 1} are"  # fmt: skip
+            logger.warning("stopped by %s during a call of the reward %s, which did not return: %s lost; "
+                           "%s: continue with --resume --out %s", self.stopped_by, abandoned, lost,
                            f"the last checkpoint, {kept.name}, is kept" if kept else "no checkpoint was written yet",
                            self.out)  # fmt: skip
         elif self.stopped_by and main:
@@ -404,6 +409,12 @@ class Trainer:
         dp.wait_for_everyone()
         return self.out
 
+    def _stop_requested(self, signal_name: str) -> None:
+        """The first Ctrl-C or SIGTERM: finish the iteration, then checkpoint; a reward call that hangs is abandoned."""
+        if self.data_parallel.is_main_process:
+            tqdm.write(f"{signal_name}: finishing this iteration, then a checkpoint (again to stop at once)")
+        self.reward.cancel.set()
+
     def save_model(self, folder: str | Path | None = None) -> dict[str, Path]:
         """Write each learner's policy as a Hugging Face model to ``folder/<learner>`` (default
         ``--out/model``): :func:`agents.training.export.save_policies`. In a data-parallel run every process
@@ -412,12 +423,6 @@ class Trainer:
         dp = self.data_parallel
         return save_policies(self.policies, self.tokenizers, folder, sharded=dp.sharded, main=dp.is_main_process)
 
-
-    def _stop_requested(self, signal_name: str) -> None:
-        """The first Ctrl-C or SIGTERM: finish the iteration, then checkpoint; a reward call that hangs is abandoned."""
-        if self.data_parallel.is_main_process:
-            tqdm.write(f"{signal_name}: finishing this iteration, then a checkpoint (again to stop at once)")
-        self.reward.cancel.set()
 
 
 def _postfix(metrics: dict[str, float]) -> dict[str, str]:

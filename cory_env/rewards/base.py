@@ -83,8 +83,11 @@ def score_responses(
     inside ``fn`` (an already checked reward) passes through unchanged.
 
     ``timeout`` (seconds) limits the call (:class:`RewardTimeoutError`); once ``cancel`` is
-    set, the call has :data:`CANCEL_GRACE_S` seconds left (:class:`RewardCallCancelled`).
-    With neither, ``fn`` is called in the caller's thread.
+    set during the call, it has :data:`CANCEL_GRACE_S` seconds left (:class:`RewardCallCancelled`);
+    a call that starts after ``cancel`` was set runs to its end (or its ``timeout``): the run was
+    asked to finish its iteration. With either, ``fn`` runs in a worker thread (the caller's
+    gradient mode carried over; a reward that needs the main thread, as signal-based time limits
+    do, must not use them); with neither, in the caller's thread.
     """
     name = name or reward_name(fn)
     try:
@@ -106,6 +109,8 @@ def score_responses(
             f"(while scoring {len(responses)} responses; first query {queries[0] if queries else None!r})"
         ) from exc
     _check_real_numbers(raw, name, queries, responses)
+    if isinstance(raw, torch.Tensor):
+        raw = raw.detach().to("cpu", torch.float64)  # one that needs grad, on a GPU or in bfloat16
     try:
         scores = np.asarray(raw, dtype=np.float64).reshape(-1)
     except (TypeError, ValueError) as exc:
@@ -145,6 +150,8 @@ def _call_with_deadline(call: Callable[[], Any], name: str, timeout: float | Non
             done.set()
 
     start = time.monotonic()
+    if cancel is not None and cancel.is_set():
+        cancel = None  # asked to stop before the call began: the iteration finishes, this call with it
     threading.Thread(target=work, name=f"reward {name}", daemon=True).start()
     cancelled_at = None
     while not done.wait(0.05):  # short waits: the caller's signal handlers run in between
