@@ -116,10 +116,11 @@ def checkpointed(out: Path) -> int:
     return int(names[-1].removeprefix("iter_")) + 1 if names else 0
 
 
-def command(config: str, seed: int, iterations: int, root: Path, flags: list[str]) -> list[str]:
-    """The train_cory.py command line of one run (without --resume / --overwrite)."""
+def command(config: str, seed: int, iterations: int, root: Path, flags: list[str],
+            configs: dict[str, list[str]] = CONFIGS) -> list[str]:  # fmt: skip
+    """The train_cory.py command line of one run of ``configs[config]`` (without --resume / --overwrite)."""
     out = run_dir(root, config, seed)
-    return [sys.executable, str(TRAIN_SCRIPT), *CONFIGS[config], *COMMON, *flags, "--iterations", str(iterations),
+    return [sys.executable, str(TRAIN_SCRIPT), *configs[config], *COMMON, *flags, "--iterations", str(iterations),
             "--seed", str(seed), "--out", str(out)]  # fmt: skip
 
 
@@ -131,8 +132,10 @@ class Stopped(Exception):
         self.code = code
 
 
-def train(config: str, seed: int, iterations: int, root: Path, flags: list[str], label: str) -> None:
-    """Train one run to ``iterations``: skip it if finished, continue it if stopped, else start it."""
+def train(config: str, seed: int, iterations: int, root: Path, flags: list[str], label: str,
+          configs: dict[str, list[str]] = CONFIGS) -> None:  # fmt: skip
+    """Train one run of ``configs[config]`` to ``iterations``: skip it if finished, continue it if
+    stopped, else start it."""
     out = run_dir(root, config, seed)
     if iterations_done(out) >= iterations:
         print(f"{label} {config} seed {seed}: finished, skipped", flush=True)
@@ -143,7 +146,7 @@ def train(config: str, seed: int, iterations: int, root: Path, flags: list[str],
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with open(out / "train.log", "a") as log:
-        child = subprocess.Popen([*command(config, seed, iterations, root, flags), *how], stdout=log,
+        child = subprocess.Popen([*command(config, seed, iterations, root, flags, configs), *how], stdout=log,
                                  stderr=subprocess.STDOUT)  # fmt: skip
         previous = signal.signal(signal.SIGTERM, lambda signum, _: child.send_signal(signum))
         try:
