@@ -16,8 +16,9 @@ answering held-out prompts alone, as a user would ship it. Every run is an ordin
 ppo is ``--algo ppo``, grpo ``--algo ppo --learner grpo`` (single agent, critic-free, groups of
 ``--group-size`` answers; its ``--kl-coef`` is the beta of its k3 loss term, not a reward
 penalty, so its coefficients are not the same knob: the comparison is at matched measured KL),
-cory ``--algo cory``. Runs go in that order (the paper's claims first), seed by seed within a
-study, so that a study stopped early compares whole seeds. ``--list`` prints every run's flags.
+cory ``--algo cory``. The paper's two questions go first, seed by seed (at each seed the frontier
+runs, then the learning-rate runs), then GRPO seed by seed, so that a study stopped early
+compares whole seeds. ``--list`` prints every run's flags.
 
 Each run, once trained (under ``--root``, outside the work tree, resumable as in
 benchmarks/reproduce.py), is evaluated alone on held-out prompts (``examples/evaluate.py
@@ -42,10 +43,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import shutil
 import subprocess
 import sys
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -67,6 +69,7 @@ from benchmarks.reproduce import (  # noqa: E402
 )
 
 EVALUATE_SCRIPT = REPO / "examples" / "evaluate.py"
+DEFAULT_REPORT = REPO / "docs" / "frontier"
 METHODS: dict[str, list[str]] = {
     "ppo": ["--algo", "ppo"],
     "cory": ["--algo", "cory"],
@@ -74,12 +77,14 @@ METHODS: dict[str, list[str]] = {
 }
 KL_COEFS = (0.01, 0.05, 0.1, 0.3)
 LEARNING_RATES = (1e-4, 3e-4)
-#: The stages, in the order they run: (study, methods, flag, values).
-STAGES = (
-    ("frontier", ("ppo", "cory"), "--kl-coef", KL_COEFS),
-    ("lr", ("ppo", "cory"), "--lr", LEARNING_RATES),
-    ("frontier", ("grpo",), "--kl-coef", KL_COEFS),
+#: The runs in the order they go: phase by phase, within a phase seed by seed (so that a study
+#: stopped early has whole seeds of the paper's two questions), each stage (study, methods,
+#: the flag varied, its values) of the phase at that seed.
+PHASES = (
+    (("frontier", ("ppo", "cory"), "--kl-coef", KL_COEFS), ("lr", ("ppo", "cory"), "--lr", LEARNING_RATES)),
+    (("frontier", ("grpo",), "--kl-coef", KL_COEFS),),
 )
+STAGES = tuple(stage for phase in PHASES for stage in phase)
 #: Held-out evaluation of every final model: these prompts (the test split, the same for every
 #: run), this many answers to each.
 EVAL_PROMPTS, EVAL_SAMPLES = 128, 2
@@ -407,6 +412,19 @@ def best_at(groups: dict[tuple[str, float], list[Run]], method: str, budget: flo
     return best, values
 
 
+def frontier_tests(groups: dict[tuple[str, float], list[Run]]) -> dict[float, dict[str, tuple[dict, str, str]]]:
+    """Budget -> {"cory", "grpo"} -> (Welch test against PPO at each one's best coefficient, verdict, the coefficients)."""
+    tests: dict[float, dict[str, tuple[dict, str, str]]] = {}
+    for budget in budgets([r for rs in groups.values() for r in rs]):
+        best = {m: best_at(groups, m, budget) for m in METHODS}
+        for other in ("cory", "grpo"):
+            test = welch_test(best[other][1], best["ppo"][1], CONFIDENCE)
+            verdict = frontier_verdict(test) if best[other][1] and best["ppo"][1] else INCONCLUSIVE
+            coefs = f"{other} at {best[other][0]:g}, ppo at {best['ppo'][0]:g}"
+            tests.setdefault(budget, {})[other] = (test, verdict, coefs)
+    return tests
+
+
 def frontier_section(runs: Sequence[Run], figure: Path) -> list[str]:
     """The comparison at matched drift: a table per budget, the verdicts, the figure."""
     groups = group(runs, "frontier")
@@ -414,12 +432,8 @@ def frontier_section(runs: Sequence[Run], figure: Path) -> list[str]:
         return ["No finished frontier run yet."]
     plot_frontier(groups, figure)
     rows, verdict_lines = [], []
-    for budget in budgets([r for rs in groups.values() for r in rs]):
-        best = {m: best_at(groups, m, budget) for m in METHODS}
-        for other in ("cory", "grpo"):
-            test = welch_test(best[other][1], best["ppo"][1], CONFIDENCE)
-            verdict = frontier_verdict(test) if best[other][1] and best["ppo"][1] else INCONCLUSIVE
-            coefs = f"{other} at {best[other][0]:g}, ppo at {best['ppo'][0]:g}"
+    for budget, by_method in frontier_tests(groups).items():
+        for other, (test, verdict, coefs) in by_method.items():
             verdict_lines.append(f"- KL {budget:g}: **{other.upper()} above PPO: {verdict}**, {other} - ppo = "
                                  f"{difference(test)} (best coefficients: {coefs})")
         for (method, value), seed_runs in groups.items():
@@ -443,6 +457,15 @@ def frontier_section(runs: Sequence[Run], figure: Path) -> list[str]:
     ]
 
 
+def lr_verdicts(groups: dict[tuple[str, float], list[Run]], base_distinct_2: float) -> dict[float, tuple[str, dict]]:
+    """Learning rate -> (the verdict of :func:`collapse_verdict`, method -> each seed's collapse)."""
+    verdicts = {}
+    for value in LEARNING_RATES:
+        fell = {m: [any(r.collapse(base_distinct_2).values()) for r in groups.get((m, value), [])] for m in ("ppo", "cory")}
+        verdicts[value] = (collapse_verdict(fell["ppo"], fell["cory"]), fell)
+    return verdicts
+
+
 def lr_section(runs: Sequence[Run], base_distinct_2: float, figure: Path) -> list[str]:
     """The learning-rate runs: collapse per run, the verdict per learning rate, curves and samples."""
     groups = group(runs, "lr")
@@ -457,10 +480,9 @@ def lr_section(runs: Sequence[Run], base_distinct_2: float, figure: Path) -> lis
             said = "; ".join(f"{k}: {', '.join(v)}" for k, v in reasons.items()) or "no"
             rows.append([method, f"{value:g}", str(r.seed), num(r.final("task_reward_mean")), num(r.final("kl")),
                          num(r.held_out("distinct_2")), said])  # fmt: skip
-    for value in LEARNING_RATES:
-        fell = {m: [any(r.collapse(base_distinct_2).values()) for r in groups.get((m, value), [])] for m in ("ppo", "cory")}
-        lines.append(f"- lr {value:g}: **{collapse_verdict(fell['ppo'], fell['cory'])}**; collapsed: PPO "
-                     f"{sum(fell['ppo'])} of {len(fell['ppo'])} seeds, CORY {sum(fell['cory'])} of {len(fell['cory'])}")
+    for value, (verdict, fell) in lr_verdicts(groups, base_distinct_2).items():
+        lines.append(f"- lr {value:g}: **{verdict}**; collapsed: PPO {sum(fell['ppo'])} of {len(fell['ppo'])} seeds, "
+                     f"CORY {sum(fell['cory'])} of {len(fell['cory'])}")
     samples = []
     for (method, value), seed_runs in groups.items():
         _, chosen = reproduce.last_samples(seed_runs[0].folder)
@@ -493,6 +515,18 @@ def held_out_at(groups: dict[tuple[str, float], list[Run]], method: str, budget:
     return values
 
 
+def alone_tests(groups: dict[tuple[str, float], list[Run]]) -> dict[float, dict[str, tuple[dict, list, list]]]:
+    """Budget -> {"cory", "grpo"} -> (Welch test against PPO of the held-out reward at that held-out KL,
+    the method's values, PPO's)."""
+    tests: dict[float, dict[str, tuple[dict, list, list]]] = {}
+    for budget in BUDGETS:
+        per_method = {m: held_out_at(groups, m, budget) for m in METHODS}
+        for other in ("cory", "grpo"):
+            test = welch_test(per_method[other], per_method["ppo"], CONFIDENCE)
+            tests.setdefault(budget, {})[other] = (test, per_method[other], per_method["ppo"])
+    return tests
+
+
 def alone_section(runs: Sequence[Run], base: dict) -> list[str]:
     """Every final model answering held-out prompts alone, and the comparison at the same held-out KL."""
     rows = [["base model", "-", "1", num(base["task_reward_mean"]), num(0.0), num(base["distinct_2"])]]
@@ -501,15 +535,11 @@ def alone_section(runs: Sequence[Run], base: dict) -> list[str]:
             knob = "KL coefficient" if study == "frontier" else "lr"
             rows.append([method, f"{knob} {value:g}", str(len(rs)), stats([r.held_out("task_reward_mean") for r in rs]),
                          stats([r.held_out("kl") for r in rs]), stats([r.held_out("distinct_2") for r in rs])])  # fmt: skip
-    groups = group(runs, "frontier")
     matched = []
-    for budget in BUDGETS:
-        per_method = {m: held_out_at(groups, m, budget) for m in METHODS}
-        for other in ("cory", "grpo"):
-            test = welch_test(per_method[other], per_method["ppo"], CONFIDENCE)
+    for budget, by_method in alone_tests(group(runs, "frontier")).items():
+        for other, (test, values, ppo) in by_method.items():
             better = {True: other, False: "ppo", None: "undecided"}[side(test)]
-            matched.append([f"{budget:g}", f"{other} - ppo", stats(per_method[other]), stats(per_method["ppo"]),
-                            difference(test), better])  # fmt: skip
+            matched.append([f"{budget:g}", f"{other} - ppo", stats(values), stats(ppo), difference(test), better])
     return [
         table(["method", "setting", "seeds", "task reward", "KL to the reference", "distinct-2"], rows),
         "",
@@ -565,21 +595,27 @@ def plot_frontier(groups: dict[tuple[str, float], list[Run]], path: Path) -> Pat
     return path
 
 
+def run_order(studies: set[str], seeds: Sequence[int]) -> list[tuple[str, int]]:
+    """(run name, seed) of every run of ``studies`` at ``seeds``, in the order they go (PHASES)."""
+    return [(run_name(method, flag, value), seed) for phase in PHASES for seed in seeds
+            for study, methods, flag, values in phase if study in studies for value in values for method in methods]  # fmt: skip
+
+
 def status(runs: Sequence[Run], seeds: Sequence[int], studies: set[str]) -> list[list[str]]:
     """Every run the study defines for ``seeds``: archived or still to run."""
     done = {(r.name, r.seed) for r in runs}
     return [[name, str(seed), "archived" if (name, seed) in done else "not run yet"]
-            for study, _, _, _ in STAGES if study in studies for seed in seeds
-            for name in configurations() if configurations()[name][0] == study]  # fmt: skip
+            for name, seed in run_order(studies, seeds)]  # fmt: skip
 
 
-def write_report(report: Path, iterations: int, seeds: Sequence[int], studies: set[str]) -> Path:
-    """results.md, frontier.png and lr_curves.png in ``report``, from its archived runs."""
+def write_report(report: Path, iterations: int, seeds: Sequence[int], studies: set[str],
+                 page: Path | None = None) -> Path:  # fmt: skip
+    """results.md, frontier.png and lr_curves.png in ``report``, from its archived runs; with ``page``
+    (docs/reproduction.md), the claims table and the report there too (:func:`update_page`)."""
     runs = load_runs(report, iterations)
     base = json.loads((report / "runs" / BASE / EVALUATION_FILE).read_text())["learners"]["pioneer"]
+    missing = [row for row in status(runs, seeds, studies) if row[2] != "archived"]
     lines = [
-        "# KL-reward frontiers, the learning-rate claim and the models alone",
-        "",
         f"Written by `python benchmarks/frontier.py` from the archived runs in runs/ ({len(runs)} finished, "
         f"{iterations} iterations each, at the training defaults of examples/train_cory.py otherwise). CORY counts as "
         "the mean of its two learners. Intervals are 95% t-intervals over seeds.",
@@ -605,12 +641,92 @@ def write_report(report: Path, iterations: int, seeds: Sequence[int], studies: s
         "",
         "## Runs",
         "",
+        f"{len(missing)} of {len(missing) + len(runs)} runs are not archived yet: the verdicts that need them say "
+        "inconclusive until `python benchmarks/frontier.py` has run them." if missing else "Every run is archived.",
+        "",
         table(["run", "seed", "state"], status(runs, seeds, studies)),
         "",
     ]
     path = report / "results.md"
-    path.write_text("\n".join(lines), encoding="utf-8")
+    title = "# KL-reward frontiers, the learning-rate claim and the models alone"
+    path.write_text("\n".join([title, "", *lines]), encoding="utf-8")
+    if page is not None:
+        update_page(page, claims_table(runs, base["distinct_2"], reproduction_verdicts()), lines, report)
     return path
+
+
+# ------------------------------------------------------------------------- docs/reproduction.md
+
+PAGE = REPO / "docs" / "reproduction.md"
+REPRODUCTION_RUNS = REPO / "docs" / "reproduction" / "runs"  # benchmarks/reproduce.py's tracked runs
+CLAIMS_MARKERS = ("<!-- claims: written by benchmarks/frontier.py -->", "<!-- /claims -->")
+REPORT_MARKERS = ("<!-- frontier: written by benchmarks/frontier.py -->", "<!-- /frontier -->")
+#: claim -> (the paper's claim, its evidence in the paper)
+PAPER = {
+    "frontier": ("At the same KL, CORY reaches a higher task reward than PPO (a better KL-reward frontier)",
+                 "IMDB, GPT2-Large, 100 iterations, 3 seeds, one KL coefficient (0.3): similar final task "
+                 "reward, PPO's KL more than twice CORY's"),
+    "lr": ("PPO collapses at a large learning rate where CORY converges",
+           "GSM8K, Llama-2-7b-chat 4-bit: at lr 1e-4 PPO collapses, CORY converges at 1e-4 and 1e-5"),
+    "alone": ("Either CORY model can answer alone at test time", "the method's design; no IMDB test-time figure"),
+    "(a)": ("PPO's KL more than twice CORY's at a similar task reward", "IMDB curves, 3 seeds"),
+    "(b)": ("PPO's combined reward falls while CORY's rises", "IMDB curves, 3 seeds"),
+    "(c)": ("Each ablation (no knowledge transfer, no role exchange) raises the KL", "IMDB ablation curves"),
+}  # fmt: skip
+
+
+def reproduction_verdicts(folder: Path = REPRODUCTION_RUNS) -> dict[str, tuple[str, str]]:
+    """reproduce.py's claims (a)-(c), judged by its own rules from its tracked runs."""
+    seeds = sorted({int(p.name.rpartition("-seed")[2]) for p in folder.glob("*-seed*")})
+    runs = {c: [reproduce.summarise(folder, c, s, FINAL_WINDOW, folder / f"{c}-seed{s}") for s in seeds]
+            for c in reproduce.PAPER_CONFIGS}  # fmt: skip
+    iterations = max((r.iterations for rs in runs.values() for r in rs), default=0)
+    study = reproduce.Study(runs, iterations, FINAL_WINDOW)
+    return {name: judge(study) for name, (_, _, judge) in reproduce.CLAIMS.items()}
+
+
+def measured(test: dict[str, float]) -> str:
+    """:func:`~benchmarks.reproduce.difference`, or "not run yet" where there is nothing to compare."""
+    return difference(test) if math.isfinite(test["difference"]) else "not run yet"
+
+
+def claims_table(runs: Sequence[Run], base_distinct_2: float, reproduction: dict[str, tuple[str, str]]) -> list[str]:
+    """The table docs/reproduction.md opens with: claim | the paper's evidence | ours | verdict."""
+    rows = []
+    frontier = frontier_tests(group(runs, "frontier"))
+    ours = "; ".join(f"KL {b:g}: {measured(t['cory'][0])}" for b, t in frontier.items())
+    said = "; ".join(f"KL {b:g}: {t['cory'][1]}" for b, t in frontier.items()) or INCONCLUSIVE
+    rows.append([*PAPER["frontier"], f"CORY - PPO task reward at matched KL: {ours}", said])
+    lr = lr_verdicts(group(runs, "lr"), base_distinct_2)
+    ours = "; ".join(f"lr {v:g}: PPO {sum(f['ppo'])}/{len(f['ppo'])}, CORY {sum(f['cory'])}/{len(f['cory'])} seeds"
+                     for v, (_, f) in lr.items())  # fmt: skip
+    rows.append([*PAPER["lr"], f"collapsed runs: {ours}", "; ".join(f"lr {v:g}: {verdict}" for v, (verdict, _) in lr.items())])
+    alone = alone_tests(group(runs, "frontier"))
+    ours = "; ".join(f"KL {b:g}: {measured(t['cory'][0])}" for b, t in alone.items())
+    better = "; ".join(f"KL {b:g}: {({True: 'CORY', False: 'PPO', None: 'undecided'})[side(t['cory'][0])]}"
+                       for b, t in alone.items())  # fmt: skip
+    rows.append([*PAPER["alone"], f"CORY - PPO held-out task reward of the model alone, at matched held-out KL: {ours}",
+                 f"the better model: {better}"])  # fmt: skip
+    for name, (verdict, text) in reproduction.items():
+        rows.append([*PAPER[name], f"{text.split('. Rule:')[0]} (KL coefficient 0.05)", verdict])
+    return [table(["paper's claim", "the paper's evidence", "ours at laptop scale (95% intervals over seeds)",
+                   "verdict"], rows)]  # fmt: skip
+
+
+def update_page(page: Path, claims: list[str], body: list[str], report: Path) -> None:
+    """Write ``claims`` and ``body`` (the report, its headings one level down) between their markers in ``page``."""
+    text = page.read_text(encoding="utf-8")
+    folder = os.path.relpath(report, page.parent)
+    body = [line.replace("](frontier.png)", f"]({folder}/frontier.png)").replace("](lr_curves.png)",
+                                                                                 f"]({folder}/lr_curves.png)")
+            for line in body]  # fmt: skip
+    body = ["#" + line if line.startswith("#") else line for line in body]
+    for (start, end), lines in ((CLAIMS_MARKERS, claims), (REPORT_MARKERS, body)):
+        if start not in text or end not in text:
+            raise SystemExit(f"{page} lacks the markers {start} ... {end}: put them where the report goes")
+        head, _, rest = text.partition(start)
+        text = head + start + "\n" + "\n".join(lines).strip("\n") + "\n" + end + rest.partition(end)[2]
+    page.write_text(text, encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -621,8 +737,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--studies", default="frontier,lr", help="which studies to run: frontier, lr or both")
     parser.add_argument("--root", default=str(Path.home() / ".cache" / "cory_env" / "frontier"),
                         help="where the runs train (outside the work tree; their checkpoints go once archived)")
-    parser.add_argument("--report", default=str(REPO / "docs" / "frontier"),
+    parser.add_argument("--report", default=str(DEFAULT_REPORT),
                         help="folder of the archived runs (runs/), the report and its figures")
+    parser.add_argument("--page", default="", help="the page that gets the claims table and the report between "
+                        "its markers (default: docs/reproduction.md with the default --report, else none)")
     parser.add_argument("--report-only", action="store_true", help="train nothing: the report from the archive")
     parser.add_argument("--list", action="store_true", help="print every run's flags, then exit")
     args, flags = parser.parse_known_args(argv)
@@ -632,8 +750,7 @@ def main(argv: list[str] | None = None) -> None:
     studies = {s.strip() for s in args.studies.split(",") if s.strip()}
     if unknown := studies - {stage[0] for stage in STAGES}:
         parser.error(f"unknown studies {', '.join(sorted(unknown))}: choose frontier, lr or both")
-    runs = [(name, seed) for stage_study, methods, flag, values in STAGES if stage_study in studies for seed in seeds
-            for value in values for name in (run_name(m, flag, value) for m in methods)]  # fmt: skip
+    runs = run_order(studies, seeds)
     if args.list:
         configs = {n: run_flags for n, (*_, run_flags) in configurations().items()}
         root = Path(args.root).expanduser()
@@ -651,7 +768,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"stopped after a checkpoint: run the same command to continue ({args.root})", flush=True)
             sys.exit(stop.code)
         print(f"all {len(runs)} runs done ({time.perf_counter() - start:.0f} s)", flush=True)
-    print(f"report: {write_report(Path(args.report), args.iterations, seeds, studies)}")
+    page = Path(args.page) if args.page else PAGE if Path(args.report) == DEFAULT_REPORT else None
+    print(f"report: {write_report(Path(args.report), args.iterations, seeds, studies, page)}")
 
 
 if __name__ == "__main__":

@@ -197,10 +197,11 @@ class RunResult:
     last: float = math.nan  # ... of the last ones
 
 
-def summarise(root: Path, config: str, seed: int, window: int) -> RunResult:
+def summarise(root: Path, config: str, seed: int, window: int, out: Path | None = None) -> RunResult:
     """The run's numbers: finals over the last ``window`` iterations, the combined reward's change
-    over the first and last ``window`` (half the run each if it is shorter than 2 windows)."""
-    out = run_dir(root, config, seed)
+    over the first and last ``window`` (half the run each if it is shorter than 2 windows). ``out``:
+    the run's folder, if not under ``root`` (a copy in docs/reproduction/runs)."""
+    out = out or run_dir(root, config, seed)
     result = RunResult(config, seed, iterations_done(out))
     if not result.iterations:
         return result

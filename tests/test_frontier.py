@@ -160,6 +160,34 @@ def test_the_synthetic_collapse_and_models_alone(synthetic):
     assert "| base model | - | 1 | 0.100 | 0.000 | 0.900 |" in md
 
 
+def test_the_page_gets_the_claims_table_and_the_report_between_its_markers(synthetic, tmp_path):
+    report, _ = synthetic
+    page = tmp_path / "reproduction.md"
+    (start, end), (report_start, report_end) = frontier.CLAIMS_MARKERS, frontier.REPORT_MARKERS
+    page.write_text(f"# Title\n\n{start}\nold\n{end}\n\nkept\n\n## Frontier\n\n{report_start}\nold\n{report_end}\nend\n")
+    frontier.write_report(report, ITERATIONS, [0, 1, 2], {"frontier", "lr"}, page=page)
+    text = page.read_text()
+    assert "old" not in text and text.startswith("# Title\n\n") and "\nkept\n" in text and text.endswith("end\n")
+    claims = text[text.index(start):text.index(end)]
+    assert "| At the same KL, CORY reaches a higher task reward than PPO" in claims
+    assert "KL 1: +0.100 [" in claims and "KL 1: supported; KL 2: supported; KL 3: supported" in claims
+    assert "lr 0.0001: PPO 3/3, CORY 0/3 seeds" in claims and "lr 0.0001: supported" in claims
+    body = text[text.index(report_start):text.index(report_end)]
+    assert "\n### Rules (fixed before the runs)\n" in body and "\n#### Verdicts at matched KL\n" in body
+    assert "frontier.png)" in body and "](frontier.png)" not in body  # the figure's path from the page
+    (tmp_path / "bare.md").write_text("no markers")
+    with pytest.raises(SystemExit, match="lacks the markers"):
+        frontier.update_page(tmp_path / "bare.md", ["x"], ["y"], report)
+
+
+def test_the_reproduction_studys_own_verdicts_from_its_tracked_runs():
+    """reproduce.py's rules on docs/reproduction/runs give what docs/reproduction.md reports."""
+    verdicts = frontier.reproduction_verdicts()
+    assert {name: verdict for name, (verdict, _) in verdicts.items()} == {
+        "(a)": "inconclusive", "(b)": "not supported", "(c)": "inconclusive"}
+    assert "final KL: PPO 3.150, CORY 2.560" in verdicts["(a)"][1]
+
+
 # ------------------------------------------------------------------------- the real pipeline, toy scale
 
 
@@ -190,6 +218,15 @@ def test_runs_are_trained_evaluated_alone_archived_and_skipped(tmp_path, monkeyp
     with contextlib.redirect_stdout(buffer):
         frontier.main(argv)  # again: everything is archived, nothing trains
     assert buffer.getvalue().count("archived, skipped") == 4 and "starting" not in buffer.getvalue()
+
+
+def test_the_run_order_gives_whole_seeds_of_the_papers_questions_first():
+    order = frontier.run_order({"frontier", "lr"}, [0, 1])
+    assert len(order) == len(set(order)) == 2 * (3 * len(frontier.KL_COEFS) + 2 * len(frontier.LEARNING_RATES))
+    assert order[:4] == [("ppo-kl0.01", 0), ("cory-kl0.01", 0), ("ppo-kl0.05", 0), ("cory-kl0.05", 0)]
+    assert order[8:12] == [("ppo-lr0.0001", 0), ("cory-lr0.0001", 0), ("ppo-lr0.0003", 0), ("cory-lr0.0003", 0)]
+    assert order[12] == ("ppo-kl0.01", 1) and order[24] == ("grpo-kl0.01", 0)
+    assert frontier.run_order({"lr"}, [0]) == order[8:12]
 
 
 def test_flags_the_study_sets_are_refused(capsys):
