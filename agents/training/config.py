@@ -78,7 +78,7 @@ class TrainConfig:
     num_agents: int | None = flag(None, "CORY: agents in the chain (default 2, the paper's pioneer and observer; or the length of --models); each is a learner, llm_0 ... llm_{N-1}, and they rotate through the positions every --role-exchange-period iterations")
     learner: str = flag("ppo", "learning algorithm of each agent: ppo (value head, GAE); grpo or rloo (critic-free, --group-size responses per prompt)", choices=LEARNERS.keys())
     group_size: int = flag(4, "grpo/rloo: responses per prompt, consecutive in the batch (--batch-size must be a multiple); ppo ignores it")
-    iterations: int = flag(45, "training iterations (one batched episode each)")
+    iterations: int = flag(45, "training iterations (one batched episode each; at least 1)")
     batch_size: int = flag(32, "conversations per iteration")
     mini_batch_size: int | None = flag(None, "conversations per gradient step (default: 16, or the largest divisor of --batch-size below it)")
     gradient_accumulation_steps: int = flag(1, "minibatches per optimizer step")
