@@ -35,10 +35,10 @@ group normalisation already makes the advantages scale-free (``grpo``).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 from trl.trainer.utils import entropy_from_logits, selective_log_softmax
@@ -161,39 +161,30 @@ class GRPOLearner(LMLearner):
         advantages = group_advantages(rewards, c.group_size, c.advantage, c.std_eps)
         token_advantages = advantages[:, None].expand(B, T)
 
-        self.model.train()
         ids, attn = ep.input_ids.to(self.device), ep.attention_mask.to(self.device)
-        stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "kl_loss", "entropy", "clipfrac", "approx_kl")}
-        step_in_accumulation = 0
-        self.optimizer.zero_grad(set_to_none=True)
-        for _ in range(c.epochs):
-            order = torch.randperm(B, generator=self.generator)
-            for start in range(0, B, c.mini_batch_size):
-                idx = order[start : start + c.mini_batch_size].to(self.device)
+
+        def minibatches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+            for idx in self._minibatch_indices(B, c.epochs):
                 with self._autocast():
                     logits = response_logits(self.model, ids[idx], attn[idx], T)
-                logits = logits.float()
-                new_logprobs = selective_log_softmax(logits, s["response"][idx])
-                m = mask[idx]
-                pg_loss, pg_stats = policy_loss(new_logprobs, s["logprobs"][idx], token_advantages[idx], m, c.cliprange)
-                loss = pg_loss
-                kl_loss = torch.zeros((), device=self.device)
-                if c.kl_penalty == "loss":
-                    kl_loss = masked_mean(kl_per_token(new_logprobs, s["ref_logprobs"][idx], "k3"), m)
-                    loss = loss + kl_coef * kl_loss
-                self._backward(loss / c.gradient_accumulation_steps)
-                step_in_accumulation += 1
-                if step_in_accumulation % c.gradient_accumulation_steps == 0:
-                    self._optimizer_step()
-                with torch.no_grad():
-                    stats["policy_loss"].append(pg_loss.item())
-                    stats["kl_loss"].append(kl_loss.item())
-                    stats["entropy"].append(masked_mean(entropy_from_logits(logits), m).item())
-                    stats["clipfrac"].append(float(pg_stats["clipfrac"]))
-                    stats["approx_kl"].append(float(pg_stats["approx_kl"]))
-        if step_in_accumulation % c.gradient_accumulation_steps:  # a partial accumulation left over
-            self._optimizer_step()
-        self.model.eval()  # back to acting
+                yield idx, logits.float()
+
+        def minibatch_loss(idx: torch.Tensor, logits: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+            new_logprobs = selective_log_softmax(logits, s["response"][idx])
+            m = mask[idx]
+            pg_loss, pg_stats = policy_loss(new_logprobs, s["logprobs"][idx], token_advantages[idx], m, c.cliprange)
+            loss = pg_loss
+            kl_loss = torch.zeros((), device=self.device)
+            if c.kl_penalty == "loss":
+                kl_loss = masked_mean(kl_per_token(new_logprobs, s["ref_logprobs"][idx], "k3"), m)
+                loss = loss + kl_coef * kl_loss
+            with torch.no_grad():
+                stats = {"policy_loss": pg_loss.item(), "kl_loss": kl_loss.item(),
+                         "entropy": masked_mean(entropy_from_logits(logits), m).item(),
+                         "clipfrac": float(pg_stats["clipfrac"]), "approx_kl": float(pg_stats["approx_kl"])}  # fmt: skip
+            return loss, stats
+
+        stats = self._update(minibatches(), minibatch_loss)
 
         groups = rewards.view(-1, c.group_size)
         dp = self.data_parallel
@@ -203,7 +194,7 @@ class GRPOLearner(LMLearner):
             "response_length": float(mask.sum(-1).mean()),
             "advantage_abs_mean": float(advantages.abs().mean()),
             "frac_groups_zero_std": float((groups.amax(1) == groups.amin(1)).float().mean()),
-            **{k: float(np.mean(v)) for k, v in stats.items()},
+            **stats,
             **self._grad_norm_stats(),
         })  # fmt: skip
         kl_sum = means.pop("kl")

@@ -7,6 +7,8 @@ A subclass passes its policy module and the causal LM inside it that acts, and i
 
 * ``act``: one incremental forward pass per token step (:class:`~agents.acting.actor.LMActor`,
   KV cache), sampling with this learner's own generator;
+* ``_update``: the epochs x shuffled minibatches x gradient accumulation loop of an update, to
+  which a subclass's ``learn`` gives its minibatches and its loss;
 * ``optimizer``: AdamW over the trainable weights only (a LoRA adapter and not its shared
   base), the fused kernel where the device has it; a subclass's ``learn`` calls
   :meth:`_backward` for each (accumulation-scaled) loss and :meth:`_optimizer_step` at each
@@ -20,7 +22,7 @@ A subclass passes its policy module and the causal LM inside it that acts, and i
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
@@ -194,6 +196,47 @@ class LMLearner:
         return terms["kl_exact"].sum(-1).cpu().numpy().astype(np.float64)
 
     # ------------------------------------------------------------------ updates
+    def _minibatch_indices(self, batch_size: int, epochs: int) -> Iterator[torch.Tensor]:
+        """``epochs`` passes over a batch, each in a new order drawn from this learner's generator:
+        the indices of each minibatch of ``mini_batch_size`` conversations."""
+        size = self.config.mini_batch_size
+        for _ in range(epochs):
+            order = torch.randperm(batch_size, generator=self.generator)
+            for start in range(0, batch_size, size):
+                yield order[start : start + size].to(self.device)
+
+    def _update(
+        self, minibatches: Iterable[tuple[Any, ...]], loss: Callable[..., tuple[torch.Tensor, dict[str, float]]]
+    ) -> dict[str, float]:
+        """The loop of an update that PPO and GRPO share; each brings its own ``loss``.
+
+        For each minibatch (the tuple ``minibatches`` yields, with gradients), ``loss(*minibatch)``
+        gives the loss and that minibatch's statistics; the loss, divided by
+        ``gradient_accumulation_steps``, is backpropagated, and every
+        ``gradient_accumulation_steps`` minibatches (and once for a partial accumulation left
+        over at the end) the optimizer steps. The model trains during the loop and is back in
+        eval mode, to act, after it. Returns each statistic's mean over the minibatches.
+        """
+        accumulation = self.config.gradient_accumulation_steps
+        self.model.train()
+        stats: dict[str, list[float]] = {}
+        done = 0
+        self.optimizer.zero_grad(set_to_none=True)
+        for minibatch in minibatches:
+            total, values = loss(*minibatch)
+            del minibatch  # its logits go with the graph, before the next minibatch's forward pass
+            self._backward(total / accumulation)
+            done += 1
+            if done % accumulation == 0:
+                self._optimizer_step()
+            for name, value in values.items():
+                stats.setdefault(name, []).append(value)
+            del total
+        if done % accumulation:  # a partial accumulation left over
+            self._optimizer_step()
+        self.model.eval()  # back to acting
+        return {name: float(np.mean(values)) for name, values in stats.items()}
+
     def _backward(self, loss: torch.Tensor) -> None:
         """``loss.backward()`` as the run does it (``loss`` already divided by the number of
         accumulated minibatches)."""

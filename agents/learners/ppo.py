@@ -99,12 +99,8 @@ class UpdatePasses:
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         """``(indices, logits, values)`` of each minibatch, with gradients: ``epochs`` (default
         ``ppo_epochs``) passes over the batch, each in a new shuffled order."""
-        B, size = ids.shape[0], learner.config.mini_batch_size
-        for _ in range(learner.config.ppo_epochs if epochs is None else epochs):
-            order = torch.randperm(B, generator=learner.generator)
-            for start in range(0, B, size):
-                idx = order[start : start + size].to(learner.device)
-                yield (idx, *learner._forward(ids[idx], attn[idx], T))
+        for idx in learner._minibatch_indices(ids.shape[0], learner.config.ppo_epochs if epochs is None else epochs):
+            yield (idx, *learner._forward(ids[idx], attn[idx], T))
 
 
 class PPOLearner(LMLearner):
@@ -197,29 +193,18 @@ class PPOLearner(LMLearner):
             advantages = self.data_parallel.whiten(advantages, mask)
 
         # 4. Epochs x shuffled minibatches: clipped policy loss + vf_coef x clipped value loss.
-        self.model.train()
-        stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "entropy", "clipfrac", "approx_kl")}
-        step_in_accumulation = 0
-        self.optimizer.zero_grad(set_to_none=True)
-        for idx, logits, values in self.passes.minibatches(self, ids, attn, T):
+        def minibatch_loss(idx: torch.Tensor, logits: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, dict]:
             new_logprobs = selective_log_softmax(logits, response[idx])
             m = mask[idx]
             pg_loss, pg_stats = policy_loss(new_logprobs, s["logprobs"][idx], advantages[idx], m, c.cliprange)
             vf_loss, vf_stats = value_loss(values, s["values"][idx], returns[idx], m, c.cliprange_value)
-            self._backward((pg_loss + c.vf_coef * vf_loss) / c.gradient_accumulation_steps)
-            step_in_accumulation += 1
-            if step_in_accumulation % c.gradient_accumulation_steps == 0:
-                self._optimizer_step()
             with torch.no_grad():
-                stats["policy_loss"].append(pg_loss.item())
-                stats["value_loss"].append(vf_loss.item())
-                stats["entropy"].append(masked_mean(entropy_from_logits(logits), m).item())
-                stats["clipfrac"].append(float(pg_stats["clipfrac"]))
-                stats["approx_kl"].append(float(pg_stats["approx_kl"]))
-            del logits, values
-        if step_in_accumulation % c.gradient_accumulation_steps:  # a partial accumulation left over
-            self._optimizer_step()
-        self.model.eval()  # back to acting
+                stats = {"policy_loss": pg_loss.item(), "value_loss": vf_loss.item(),
+                         "entropy": masked_mean(entropy_from_logits(logits), m).item(),
+                         "clipfrac": float(pg_stats["clipfrac"]), "approx_kl": float(pg_stats["approx_kl"])}  # fmt: skip
+            return pg_loss + c.vf_coef * vf_loss, stats
+
+        stats = self._update(self.passes.minibatches(self, ids, attn, T), minibatch_loss)
 
         # 5. The KL controller adapts to the KL just measured; the statistics (the paper's KL: per-token KL
         #    summed over the response, batch mean, over all processes).
@@ -228,7 +213,7 @@ class PPOLearner(LMLearner):
             "kl_penalty": float(s["kl"].sum(-1).mean()),
             "response_length": float(mask.sum(-1).mean()),
             "explained_variance": float(explained_variance(s["values"], returns, mask)),  # of the values acted on
-            **{k: float(np.mean(v)) for k, v in stats.items()},
+            **stats,
             **self._grad_norm_stats(),
         })  # fmt: skip
         kl_sum = means.pop("kl")
