@@ -141,7 +141,15 @@ and says to `reset()`; a template naming an answer not there yet at its position
 list of tokenizers that is not one per agent, raises when the environment is made; a
 prompt that does not fit the context (with the earlier answers its template names) raises
 :class:`PromptTooLongError`; a reward function that raises or returns a wrong number of
-values or non-finite values raises :class:`~cory_env.rewards.RewardFunctionError`.
+values, non-finite values or values that are not real numbers raises
+:class:`~cory_env.rewards.RewardFunctionError`.
+
+### Version history
+
+- v0 (cory-env 0.1 and 0.2): the environment described here. cory-env 0.2 refuses rewards that
+  are not real numbers (bools, strings, None: 0.1 converted `"0.5"` to 0.5) and limits a reward
+  call to `--reward-timeout` in the trainer; with valid input every argument behaves as in 0.1,
+  so the id stays `cory/PioneerObserver-v0`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The package layout: one subpackage per concept, and the module paths of cory-env 0.1 still import."""
+"""The package layout: one subpackage per concept, imports one way, modules of a readable size."""
 
 from __future__ import annotations
 
@@ -10,32 +10,19 @@ from pathlib import Path
 
 import pytest
 
-import agents
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("old", sorted(agents.MOVED))
-def test_an_old_module_path_is_the_moved_module_itself(old):
-    moved = importlib.import_module(agents.MOVED[old])
-    assert importlib.import_module(old) is moved
-    assert moved.__spec__.name == agents.MOVED[old]  # the alias left the module's own spec alone
-    assert not (ROOT / (old.replace(".", "/") + ".py")).exists()  # moved, not copied
+def test_the_old_module_paths_are_retired_as_the_changelog_says():
+    """cory-env 0.2 dropped the import aliases of 0.1's flat ``agents/`` (CHANGELOG.md lists the moves)."""
+    for old in ("agents.ppo", "agents.trainer", "agents.checkpoint"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(old)
+    assert "| `agents.ppo` | `agents.learners.ppo` |" in (ROOT / "CHANGELOG.md").read_text()
 
 
-def test_the_old_modules_that_became_packages_keep_their_names():
-    from agents.distributed import DataParallel, fingerprint
-    from agents.distributed.data_parallel import DataParallel as moved
-    from agents.evaluation import EvalConfig, evaluate
-    from agents.evaluation.held_out import EvalConfig as moved_config
-
-    assert DataParallel is moved and EvalConfig is moved_config and callable(evaluate) and callable(fingerprint)
-    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
-        agents.evaluation.nothing  # noqa: B018
-
-
-def test_an_old_module_path_still_runs_as_a_command():
-    result = subprocess.run([sys.executable, "-m", "agents.checkpoint", "--help"], capture_output=True, text=True,
+def test_the_checkpoint_tool_runs_as_a_command():
+    result = subprocess.run([sys.executable, "-m", "agents.training.checkpoint", "--help"], capture_output=True, text=True,
                             cwd=ROOT, timeout=120)  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     assert "verify" in result.stdout and "convert" in result.stdout
@@ -90,13 +77,9 @@ def test_learners_and_their_math_never_import_a_speed_mechanism():
             assert not [m for m in imported if m.startswith("agents.speed")], path.name
 
 
-def test_one_thing_is_named_learners_and_the_old_name_of_the_other_still_imports():
+def test_one_thing_is_named_learners():
     import cory_env.wrappers
     from agents.training.build import LEARNERS
 
     assert callable(LEARNERS["ppo"])  # the learner registry
-    with pytest.warns(DeprecationWarning, match="LEARNER_NAMES"):
-        from cory_env.wrappers import LEARNERS as names
-    assert names == cory_env.wrappers.LEARNER_NAMES == ("llm_0", "llm_1")
-    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
-        cory_env.wrappers.nothing  # noqa: B018
+    assert cory_env.wrappers.LEARNER_NAMES == ("llm_0", "llm_1") and not hasattr(cory_env.wrappers, "LEARNERS")

@@ -10,7 +10,3 @@
 See docs/scale-out.md.
 """
 
-
-from agents import names_of  # noqa: E402
-
-__getattr__ = names_of("agents.distributed.data_parallel")  # ``agents.distributed`` was one module before cory-env 0.2

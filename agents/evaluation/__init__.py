@@ -10,7 +10,3 @@
 - :mod:`~agents.evaluation.statistics`: confidence intervals and tests for those comparisons.
 """
 
-
-from agents import names_of  # noqa: E402
-
-__getattr__ = names_of("agents.evaluation.held_out")  # ``agents.evaluation`` was one module before cory-env 0.2

@@ -34,7 +34,6 @@ To resume a run, set :attr:`episodes` (episodes played so far) before the next `
 from __future__ import annotations
 
 import copy
-import warnings
 from typing import Any
 
 from pettingzoo import AECEnv
@@ -48,19 +47,6 @@ def learner_names(n: int) -> tuple[str, ...]:
 #: The learners of a chain of two (``learner_names(n)`` for any length).
 LEARNER_NAMES = learner_names(2)
 
-
-def old_name(module: str, name: str) -> Any:
-    """A module's ``__getattr__`` for the names it had until cory-env 0.1: ``LEARNERS`` (now
-    :data:`LEARNER_NAMES`; ``agents.training.build.LEARNERS`` is the learner registry), with a warning
-    that names the caller's line."""
-    if name == "LEARNERS":
-        warnings.warn("cory_env.wrappers.LEARNERS is now LEARNER_NAMES", DeprecationWarning, stacklevel=3)
-        return LEARNER_NAMES
-    raise AttributeError(f"module {module!r} has no attribute {name!r}")
-
-
-def __getattr__(name: str) -> Any:
-    return old_name(__name__, name)
 
 
 class RoleExchangeWrapper(BaseWrapper):
