@@ -412,16 +412,16 @@ def best_at(groups: dict[tuple[str, float], list[Run]], method: str, budget: flo
     return best, values
 
 
-def frontier_tests(groups: dict[tuple[str, float], list[Run]]) -> dict[float, dict[str, tuple[dict, str, str]]]:
-    """Budget -> {"cory", "grpo"} -> (Welch test against PPO at each one's best coefficient, verdict, the coefficients)."""
-    tests: dict[float, dict[str, tuple[dict, str, str]]] = {}
+def frontier_tests(groups: dict[tuple[str, float], list[Run]]) -> dict[float, dict[str, tuple[dict, str, dict]]]:
+    """Budget -> {"cory", "grpo"} -> (Welch test against PPO at each one's best coefficient, verdict,
+    method -> its best coefficient (NaN: none had 2 or more seeds at the budget))."""
+    tests: dict[float, dict[str, tuple[dict, str, dict]]] = {}
     for budget in budgets([r for rs in groups.values() for r in rs]):
         best = {m: best_at(groups, m, budget) for m in METHODS}
         for other in ("cory", "grpo"):
             test = welch_test(best[other][1], best["ppo"][1], CONFIDENCE)
             verdict = frontier_verdict(test) if best[other][1] and best["ppo"][1] else INCONCLUSIVE
-            coefs = f"{other} at {best[other][0]:g}, ppo at {best['ppo'][0]:g}"
-            tests.setdefault(budget, {})[other] = (test, verdict, coefs)
+            tests.setdefault(budget, {})[other] = (test, verdict, {m: best[m][0] for m in (other, "ppo")})
     return tests
 
 
@@ -433,11 +433,17 @@ def frontier_section(runs: Sequence[Run], figure: Path) -> list[str]:
     plot_frontier(groups, figure)
     rows, verdict_lines = [], []
     for budget, by_method in frontier_tests(groups).items():
-        for other, (test, verdict, coefs) in by_method.items():
-            verdict_lines.append(f"- KL {budget:g}: **{other.upper()} above PPO: {verdict}**, {other} - ppo = "
-                                 f"{difference(test)} (best coefficients: {coefs})")
-        for (method, value), seed_runs in groups.items():
-            rows.append([f"{budget:g}", method, f"{value:g}", stats([reward_at(r, budget) for r in seed_runs])])
+        for other, (test, verdict, best) in by_method.items():
+            head = f"- KL {budget:g}: **{other.upper()} above PPO: {verdict}**"
+            if missing := [m for m, value in best.items() if math.isnan(value)]:
+                verdict_lines.append(f"{head}: no coefficient of {' and '.join(missing)} has 2 or more seeds that "
+                                     "reached this KL yet")  # fmt: skip
+            else:
+                coefs = ", ".join(f"{m} at {value:g}" for m, value in best.items())
+                verdict_lines.append(f"{head}, {other} - ppo = {difference(test)} (best coefficients: {coefs})")
+        for method in dict.fromkeys(m for m, _ in groups):
+            rows.append([f"{budget:g}", method, *(stats([reward_at(r, budget) for r in groups[(method, value)]])
+                                                  if (method, value) in groups else "-" for value in KL_COEFS)])  # fmt: skip
     finals = [[method, f"{value:g}", stats([r.final("task_reward_mean") for r in rs]), stats([r.final("kl") for r in rs])]
               for (method, value), rs in groups.items()]  # fmt: skip
     return [
@@ -447,9 +453,10 @@ def frontier_section(runs: Sequence[Run], figure: Path) -> list[str]:
         "",
         *verdict_lines,
         "",
-        f"### Task reward at each KL budget (mean [{CONFIDENCE:.0%} interval] (seeds that reached it))",
+        f"### Task reward at each KL budget, by KL coefficient (mean [{CONFIDENCE:.0%} interval] (seeds that reached "
+        "it); n/a: no seed reached it)",
         "",
-        table(["KL budget", "method", "KL coefficient", "task reward at the budget"], rows),
+        table(["KL budget", "method", *(f"KL coefficient {v:g}" for v in KL_COEFS)], rows),
         "",
         f"### Final values (the mean of the last {FINAL_WINDOW} iterations)",
         "",
@@ -573,7 +580,7 @@ def plot_frontier(groups: dict[tuple[str, float], list[Run]], path: Path) -> Pat
     for (method, value), runs in groups.items():
         kl, reward = mean_curve(runs)
         shade = 0.35 + 0.65 * values.index(value) / max(1, len(values) - 1)
-        ax.plot(kl, reward, color=COLORS[method], alpha=shade, linewidth=1.0)
+        ax.plot(kl, reward, color=COLORS[method], alpha=shade, linewidth=1.3, label=f"{method}, KL coefficient {value:g}")
         finals = [(r.final("kl"), r.final("task_reward_mean")) for r in runs]
         (x, x_low, x_high), (y, y_low, y_high) = (mean_ci([f[i] for f in finals], CONFIDENCE) for i in (0, 1))
         bars = {} if len(runs) < 2 else {"xerr": [[x - x_low], [x_high - x]], "yerr": [[y - y_low], [y_high - y]]}
@@ -582,14 +589,14 @@ def plot_frontier(groups: dict[tuple[str, float], list[Run]], path: Path) -> Pat
         points.setdefault(method, []).append((kl, reward))
     for method, curves in points.items():
         front_kl, front_reward = envelope(np.concatenate([c[0] for c in curves]), np.concatenate([c[1] for c in curves]))
-        ax.plot(front_kl, front_reward, color=COLORS[method], linewidth=2.5, drawstyle="steps-post",
-                label=f"{method} frontier (coefficients {', '.join(f'{v:g}' for m, v in groups if m == method)})")
+        ax.plot(front_kl, front_reward, color=COLORS[method], linewidth=6, alpha=0.25, drawstyle="steps-post",
+                label=f"{method} frontier (upper envelope)")
     ax.set(xlabel="KL to the reference (summed over the response)", ylabel="task reward",
            title=f"Task reward against KL, smoothed over {SMOOTHING} iterations, mean over seeds;\n"
                  f"dots: final values (last {FINAL_WINDOW} iterations) with 95% intervals, labelled by KL coefficient")
     ax.title.set_fontsize(9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=7, loc="lower right", ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     return path
