@@ -8,7 +8,7 @@ TORCH_VERSION ?= 2.13.0
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup demo test test-all test-numerics test-golden bench docs clean
+.PHONY: setup demo test test-all test-numerics bench docs clean
 
 setup: $(STAMP)
 
@@ -49,18 +49,12 @@ test: setup
 
 # The tests whose numbers depend on how the CPU's kernels round: golden data written elsewhere (within
 # tolerance), exact resumes and before/after comparisons in one run, padded against padding-free passes.
-# .ci/run runs them again on other kernel paths (AVX2, and none vectorised, on one thread), as a newcomer's CPU would.
+# .ci/run runs them again on other kernel paths (AVX2, and none vectorised, on one thread), as a newcomer's CPU
+# would: ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41 make test-numerics
 NUMERICS := tests/test_golden.py tests/test_checkpoint.py tests/test_interrupt.py tests/test_training.py \
 	tests/test_teams.py tests/test_padding_free.py tests/test_cpu_linear.py tests/test_ppo_math.py tests/test_grpo.py
 test-numerics: setup
 	$(PY) -m pytest -q -m "not slow" $(NUMERICS)
-
-# The comparisons with golden data written on another machine (tests/golden.py), on the kernels of a
-# CPU without vectorisation: they must pass on any CPU (.ci/run runs them within test-numerics).
-test-golden: setup
-	ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41 $(PY) -m pytest -q \
-		tests/test_golden.py tests/test_teams.py::test_a_chain_of_two_trains_as_before_chains_existed \
-		tests/test_checkpoint.py::test_a_checkpoint_written_before_the_move_resumes_exactly
 
 test-all: setup
 	$(PY) -m pytest -q

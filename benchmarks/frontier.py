@@ -65,7 +65,7 @@ from agents.training.plots import plot_comparison  # noqa: E402
 from benchmarks import reproduce  # noqa: E402
 from benchmarks.reproduce import (  # noqa: E402
     INCONCLUSIVE, NOT_SUPPORTED, REPO, SUPPORTED, Stopped, check_flags, difference, iterations_done, num, run_dir,
-    side, table,
+    over_seeds, side, table,
 )
 
 EVALUATE_SCRIPT = REPO / "examples" / "evaluate.py"
@@ -102,6 +102,11 @@ def configurations() -> dict[str, tuple[str, str, float, list[str]]]:
     """Run name -> (study, method, its value, its train_cory.py flags), in the order they run."""
     return {run_name(method, flag, value): (study, method, value, [*METHODS[method], flag, f"{value:g}"])
             for study, methods, flag, values in STAGES for value in values for method in methods}  # fmt: skip
+
+
+def train_flags() -> dict[str, list[str]]:
+    """Run name -> its own train_cory.py flags (reproduce.py's ``configs``)."""
+    return {name: flags for name, (*_, flags) in configurations().items()}
 
 
 def archived(report: Path, name: str, seed: int, iterations: int) -> bool:
@@ -150,8 +155,7 @@ def complete(name: str, seed: int, args: argparse.Namespace, flags: list[str], l
     if archived(report, name, seed, args.iterations):
         print(f"{label} {name} seed {seed}: archived, skipped", flush=True)
         return
-    configs = {n: run_flags for n, (*_, run_flags) in configurations().items()}
-    reproduce.train(name, seed, args.iterations, root, flags, label, configs)
+    reproduce.train(name, seed, args.iterations, root, flags, label, train_flags())
     out = run_dir(root, name, seed)
     if not (out / EVALUATION_FILE).exists():
         start = time.perf_counter()
@@ -378,8 +382,8 @@ def stats(values: Sequence[float]) -> str:
     values = [v for v in values if math.isfinite(v)]
     if not values:
         return "n/a"
-    mean, low, high = mean_ci(values, CONFIDENCE)
-    return f"{num(mean)} [{num(low)}, {num(high)}] ({len(values)})"
+    s = over_seeds(values)
+    return f"{num(s['mean'])} [{num(s['low'])}, {num(s['high'])}] ({len(values)})"
 
 
 def group(runs: Sequence[Run], study: str) -> dict[tuple[str, float], list[Run]]:
@@ -759,10 +763,9 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"unknown studies {', '.join(sorted(unknown))}: choose frontier, lr or both")
     runs = run_order(studies, seeds)
     if args.list:
-        configs = {n: run_flags for n, (*_, run_flags) in configurations().items()}
         root = Path(args.root).expanduser()
         for name in dict.fromkeys(name for name, _ in runs):
-            print(f"{name}: {' '.join(reproduce.command(name, seeds[0], args.iterations, root, flags, configs)[1:])}")
+            print(f"{name}: {' '.join(reproduce.command(name, seeds[0], args.iterations, root, flags, train_flags())[1:])}")
         return
     if not args.report_only:
         check_flags(Path(args.root).expanduser(), flags)

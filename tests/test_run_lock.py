@@ -91,3 +91,16 @@ def test_a_resume_of_a_folder_a_live_run_holds_is_refused_before_loading_models(
     finally:
         holder.kill()
         holder.wait()
+
+
+@pytest.mark.parametrize("variable", ["RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK"])
+def test_only_the_launchs_first_process_probes_the_lock(monkeypatch, variable):
+    """torchrun/accelerate set RANK, mpirun (accelerate's CPU launcher) its own variables: every
+    launcher's rank is read, so two processes of one run never probe the lock together."""
+    from agents.distributed.data_parallel import process_rank
+
+    for name in ("RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    assert process_rank() == 0
+    monkeypatch.setenv(variable, "3")
+    assert process_rank() == 3

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 from pathlib import Path
@@ -33,6 +32,7 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 from agents.cli.errors import add_debug_flag, one_line_errors
+from agents.distributed.data_parallel import process_rank
 from agents.training.export import MODEL_DIR
 from agents.training.metrics import read_metrics
 from agents.training.plots import learner_columns
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     for name in ("agents", "cory_env"):
         logging.getLogger(name).setLevel(logging.INFO)
         logging.getLogger(name).addHandler(handler)
-    if int(os.environ.get("RANK", "0")) == 0:  # the process that will hold the lock (accelerate's main one)
+    if process_rank() == 0:  # the process that will hold the lock (the launch's main one)
         RunLock(config.out).check_free()  # before the models load: a folder another run holds fails at once
     trainer = Trainer(config)
     out = trainer.train()

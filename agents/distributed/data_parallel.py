@@ -264,6 +264,15 @@ def world_size() -> int:
     return 1
 
 
+def process_rank() -> int:
+    """This process's rank among those the launcher started (torchrun, or mpirun's variables), 0 if none:
+    known before any process group exists (the run lock is probed by rank 0 alone, before the models load)."""
+    for variable in ("RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK"):
+        if os.environ.get(variable):
+            return int(os.environ[variable])
+    return 0
+
+
 def fingerprint(tensors: Mapping[str, torch.Tensor]) -> str:
     """SHA-256 of the names and exact bytes of ``tensors`` (equal only for bit-identical weights)."""
     digest = hashlib.sha256()
