@@ -32,7 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents.speed import padding_free  # noqa: E402
 from agents.acting.actor import LMActor  # noqa: E402
-from agents.training.trainer import TrainConfig, Trainer  # noqa: E402
+from agents.training.config import TrainConfig  # noqa: E402
+from agents.training.trainer import Trainer  # noqa: E402
 from cory_env import env  # noqa: E402
 from cory_env.tasks.sentiment import sentiment_prompts  # noqa: E402
 
@@ -117,7 +118,7 @@ def train_iterations(
     with tempfile.TemporaryDirectory() as out:
         config = TrainConfig(algo=algo, model=model, lora=lora, bf16=bf16, device=device, batch_size=batch,
                              mini_batch_size=batch // 4, ppo_epochs=4, min_new_tokens=10, max_new_tokens=10,
-                             kl_estimator="full", review_source="rotten_tomatoes", out=out, tensorboard=False,
+                             kl_estimator="full", prompt_source="rotten_tomatoes", out=out, report_to="none",
                              checkpoint_every=10**6, learner=learner, load_in_4bit=load_in_4bit)  # fmt: skip
         trainer = Trainer(config)
         # bitsandbytes' 4-bit layers (Linear4bit) in the models the learners act with

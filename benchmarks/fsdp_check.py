@@ -52,10 +52,10 @@ def launch(config: str, processes: int, model: Path, out: Path, *extra: str) -> 
         sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / config),
         "--num_processes", str(processes), "--main_process_port", str(port), *" ".join(launcher).split(),
         str(ROOT / "examples" / "train_cory.py"),
-        "--model", str(model), "--reward", "tests.toy:fraction_good", "--review-source", "rotten_tomatoes",
+        "--model", str(model), "--reward", "tests.toy:fraction_good", "--prompt-source", "rotten_tomatoes",
         "--batch-size", "8", "--mini-batch-size", "4", "--ppo-epochs", "2", "--lr", "1e-2",
         "--min-new-tokens", "3", "--max-new-tokens", "5", "--context-length", "48", "--out", str(out),
-        "--tensorboard", "false", *" ".join(trainer).split(),
+        "--report-to", "none", *" ".join(trainer).split(),
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     start = time.perf_counter()

@@ -84,10 +84,11 @@ def child(spec: dict) -> None:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from agents.training.trainer import TrainConfig, Trainer
+    from agents.training.config import TrainConfig
+    from agents.training.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as out:
-        config = TrainConfig(**spec["config"], out=out, tensorboard=False)
+        config = TrainConfig(**spec["config"], out=out, report_to="none")
         trainer = Trainer(config)
         trainer.run_iteration()  # warm-up
         times = []
@@ -197,7 +198,7 @@ def main() -> None:
         device=args.device, learner=args.learner, group_size=args.group_size, task=args.task,
     )  # fmt: skip
     if args.task == "sentiment":
-        common["review_source"] = "rotten_tomatoes"
+        common["prompt_source"] = "rotten_tomatoes"
     print(f"settings: {json.dumps(common)}")
     cory_only = {"cory": {"gradient_checkpointing_observer": True}} if args.gradient_checkpointing_observer else {}
     configs = {algo: dict(common, algo=algo, **cory_only.get(algo, {})) for algo in ("ppo", "cory") if not args.lora_only}

@@ -35,7 +35,7 @@ from agents.evaluation.statistics import reward_rise
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Flags of every run: single-agent PPO, checkpoints often enough to resume, no model export.
-COMMON = ["--algo", "ppo", "--checkpoint-every", "5", "--save-model", "false", "--tensorboard", "false"]
+COMMON = ["--algo", "ppo", "--checkpoint-every", "5", "--save-model", "false", "--report-to", "none"]
 
 #: name -> flags (after COMMON), each spelled out in full so that a later change of the defaults
 #: leaves the sweep as it was. All use a fixed response length of 12 tokens: a length limit drawn

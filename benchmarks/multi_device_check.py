@@ -34,7 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 from agents.training.checkpoint import latest_checkpoint, load_checkpoint  # noqa: E402
 from agents.distributed.data_parallel import fingerprint  # noqa: E402
-from agents.training.trainer import TrainConfig, Trainer  # noqa: E402
+from agents.training.config import TrainConfig  # noqa: E402
+from agents.training.trainer import Trainer  # noqa: E402
 from tests.toy import fraction_good, save_tiny_llama, toy_tokenizer  # noqa: E402
 
 PROMPTS = ["the movie was", "the plot is", "acting is very"]
@@ -44,7 +45,7 @@ def learner_placement(model: Path, out: Path, devices: str) -> dict:
     config = TrainConfig(
         model=str(model), algo="cory", learner_devices=devices, iterations=2, batch_size=16, mini_batch_size=8,
         ppo_epochs=2, lr=1e-2, min_new_tokens=4, max_new_tokens=6, context_length=48, out=str(out),
-        tensorboard=False, role_exchange_period=1,
+        report_to="none", role_exchange_period=1,
     )  # fmt: skip
     for i in range(torch.cuda.device_count()):
         torch.cuda.reset_peak_memory_stats(i)
@@ -83,10 +84,10 @@ def data_parallel_launch(model: Path, out: Path, processes: int) -> dict:
         sys.executable, "-m", "accelerate.commands.launch", "--config_file",
         str(ROOT / "examples" / "accelerate" / "multi_gpu.yaml"), "--num_processes", str(processes),
         "--main_process_port", str(port), str(ROOT / "examples" / "train_cory.py"),
-        "--model", str(model), "--reward", "tests.toy:fraction_good", "--review-source", "rotten_tomatoes",
+        "--model", str(model), "--reward", "tests.toy:fraction_good", "--prompt-source", "rotten_tomatoes",
         "--batch-size", "8", "--mini-batch-size", "4", "--ppo-epochs", "2", "--lr", "1e-2", "--iterations", "2",
         "--min-new-tokens", "3", "--max-new-tokens", "5", "--context-length", "48", "--out", str(out),
-        "--tensorboard", "false",
+        "--report-to", "none",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     start = time.perf_counter()

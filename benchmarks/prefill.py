@@ -42,15 +42,16 @@ def main() -> None:
     import torch
 
     from agents.acting.actor import LMActor
-    from agents.training.trainer import TrainConfig, Trainer
+    from agents.training.config import TrainConfig
+    from agents.training.trainer import Trainer
     from cory_env.models import hugging_face_model
 
     tokens = args.new_tokens or (48 if args.task == "gsm8k" else 10)
     settings = dict(algo="cory", task=args.task, learner=args.learner, group_size=args.group_size, model=args.model,
                     batch_size=args.batch_size, mini_batch_size=args.batch_size, min_new_tokens=tokens,
-                    max_new_tokens=tokens, device="cpu", checkpoint_every=10**6, tensorboard=False)  # fmt: skip
+                    max_new_tokens=tokens, device="cpu", checkpoint_every=10**6, report_to="none")  # fmt: skip
     if args.task == "sentiment":
-        settings["review_source"] = "rotten_tomatoes"
+        settings["prompt_source"] = "rotten_tomatoes"
     prefilled: dict[str, dict[str, np.ndarray]] = {}
     act = LMActor.next_token_logits
 

@@ -11,7 +11,7 @@ would nearly double the cost) at every seed of ``--seeds`` (default 0,1,2):
 | cory-no-kt    | --algo cory --no-knowledge-transfer      | ablation: the observer sees the query |
 | cory-no-rex   | --algo cory --no-role-exchange           | ablation: the roles never change      |
 
-Every run also gets ``--checkpoint-every 5 --tensorboard false --save-model false`` (its last
+Every run also gets ``--checkpoint-every 5 --report-to none --save-model false`` (its last
 checkpoint holds the policies; examples/export_model.py writes them out) and any flag this
 command does not know (``--lr 1e-5``, ``--batch-size 64``, ...), which passes through to every
 run, as in cory-bench. The runs live under ``--root`` (outside the work tree) as
@@ -78,7 +78,7 @@ CONFIGS: dict[str, list[str]] = {
     "cory-no-rex": ["--algo", "cory", "--no-role-exchange"],
     "cory-3-agents": ["--algo", "cory", "--num-agents", "3"],  # the Teams experiment (docs/teams.md), not the paper's
 }
-COMMON = ["--checkpoint-every", "5", "--tensorboard", "false", "--save-model", "false"]
+COMMON = ["--checkpoint-every", "5", "--report-to", "none", "--save-model", "false"]
 #: Flags the study sets itself: a pass-through flag may not set them.
 PER_RUN = ("--algo", "--seed", "--out", "--resume", "--overwrite", "--iterations", "--no-knowledge-transfer",
            "--no-role-exchange", "--num-agents")  # fmt: skip

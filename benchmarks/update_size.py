@@ -32,7 +32,8 @@ from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 from agents.speed import padding_free
 from agents.algorithms.advantages import explained_variance, gae, whiten
 from agents.algorithms.kl import token_rewards
-from agents.training.trainer import TrainConfig, Trainer
+from agents.training.config import TrainConfig
+from agents.training.trainer import Trainer
 from cory_env.models import hugging_face_model
 
 
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     B = args.batch_size
     with tempfile.TemporaryDirectory() as out:
         config = TrainConfig(algo="ppo", batch_size=B, mini_batch_size=B, ppo_epochs=1, lr=args.lr, seed=args.seed,
-                             iterations=1, out=out, tensorboard=False, save_model=False)  # fmt: skip
+                             iterations=1, out=out, report_to="none", save_model=False)  # fmt: skip
         trainer = Trainer(config)
         learner = trainer.learners["pioneer"]
         episode, _ = trainer.rollout()["pioneer"]

@@ -17,7 +17,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from agents.training.trainer import TrainConfig, Trainer
+from agents.training.config import TrainConfig
+from agents.training.trainer import Trainer
 
 from .toy import fraction_good, save_tiny_llama, toy_tokenizer
 

@@ -8,7 +8,9 @@ from pathlib import Path
 from agents.distributed.fsdp import is_sharded
 from agents.learners.ppo import PPOLearner
 from agents.training.build import trainable_parameters as _trainable_parameters
-from agents.training.trainer import LEARNERS, TrainConfig, Trainer
+from agents.training.config import TrainConfig
+from agents.training.registry import LEARNERS
+from agents.training.trainer import Trainer
 from agents.learners.value_model import CausalLMWithValueHead
 
 from .toy import fraction_good

@@ -35,7 +35,7 @@ def toy_model(tmp_path_factory) -> Path:
 def toy_args(model: Path, out: Path, *extra: str) -> list[str]:
     """A cory-train command line that trains one tiny iteration in a second or two."""
     return [
-        "--model", str(model), "--out", str(out), "--reward", "tests.toy:fraction_good", "--review-source",
+        "--model", str(model), "--out", str(out), "--reward", "tests.toy:fraction_good", "--prompt-source",
         "rotten_tomatoes", "--iterations", "1", "--batch-size", "2", "--mini-batch-size", "2", "--ppo-epochs", "1",
         "--min-new-tokens", "2", "--max-new-tokens", "3", "--context-length", "48", "--report-to", "none",
         "--save-model", "false", *extra,
@@ -116,7 +116,7 @@ def test_a_model_not_there_offline_from_the_example_script(tmp_path):
 
 def test_a_data_set_not_there_offline(toy_model, tmp_path):
     empty = tmp_path / "hf_home"  # no cached IMDB, whatever this machine's cache holds
-    result = command(console_script("cory-train"), *toy_args(toy_model, tmp_path / "run", "--review-source", "imdb"),
+    result = command(console_script("cory-train"), *toy_args(toy_model, tmp_path / "run", "--prompt-source", "imdb"),
                      env={"HF_HOME": str(empty), "HF_DATASETS_CACHE": str(empty / "datasets")})  # fmt: skip
     assert result.returncode == 1, result.stderr[-3000:]
     message = the_error(result.stderr, "cory-train")
@@ -314,3 +314,20 @@ def test_every_command_lists_debug_in_its_help():
                          reward_benchmark.build_parser, play_episode["build_parser"]):  # fmt: skip
         assert "--debug" in build_parser().format_help()
         assert DEBUG_VARIABLE in build_parser().format_help().replace("\n", " ")
+
+
+@pytest.mark.parametrize(("argv", "replacement"), [
+    (["--review-source", "imdb"], "use --prompt-source"), (["--review_source=imdb"], "use --prompt-source"),
+    (["--tensorboard", "false"], "use --report-to none"), (["--tensorboard"], "use --report-to none"),
+    (["--no-tensorboard"], "use --report-to none"),
+])  # fmt: skip
+def test_a_retired_flag_is_refused_naming_its_replacement(argv, replacement, capsys):
+    from agents.cli.train import build_parser
+    from agents.evaluation.reward_benchmark import build_parser as bench_parser
+
+    for parser in (build_parser(), bench_parser()):
+        with pytest.raises(SystemExit) as exit:
+            parser.parse_args_into_dataclasses(args=argv)
+        assert exit.value.code == 2
+        assert f"{argv[0].split('=')[0]} was retired in cory-env 0.2: {replacement}" in capsys.readouterr().err
+    assert "--review-source" not in build_parser().format_help()

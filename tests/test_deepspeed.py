@@ -24,7 +24,8 @@ import torch.multiprocessing as mp
 from transformers import HfArgumentParser
 
 from agents.distributed.data_parallel import DataParallel, fingerprint
-from agents.training.trainer import TrainConfig, Trainer
+from agents.training.config import TrainConfig
+from agents.training.trainer import Trainer
 from agents.distributed.zero import ZeROSettings
 
 from .test_distributed import PROMPTS, ROOT, accelerate_launch, free_port, launch_args, toy_config

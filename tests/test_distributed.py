@@ -29,7 +29,8 @@ from transformers import HfArgumentParser
 from agents.algorithms.advantages import whiten
 from agents.training.checkpoint import latest_checkpoint, load_checkpoint
 from agents.distributed.data_parallel import DataParallel, fingerprint
-from agents.training.trainer import TrainConfig, Trainer
+from agents.training.config import TrainConfig
+from agents.training.trainer import Trainer
 
 from .distributed_worker import collectives_worker
 from .test_training import toy_cli_args as launch_args  # the CLI flags of a tiny run
@@ -109,7 +110,7 @@ def test_unsupported_launches_are_refused_with_the_fix(monkeypatch, env, message
 # ---------------------------------------------------------------- learner placement (single process)
 def toy_config(model: Path, out: Path, **kw) -> TrainConfig:
     defaults = dict(model=str(model), iterations=1, batch_size=4, mini_batch_size=2, ppo_epochs=1, lr=1e-2,
-                    min_new_tokens=3, max_new_tokens=4, out=str(out), tensorboard=False, context_length=48)  # fmt: skip
+                    min_new_tokens=3, max_new_tokens=4, out=str(out), report_to="none", context_length=48)  # fmt: skip
     return TrainConfig(**{**defaults, **kw})
 
 

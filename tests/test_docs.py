@@ -71,7 +71,7 @@ def test_every_nav_page_is_built(site):
 
 
 def test_cli_page_is_the_scripts_own_help(site):
-    from agents.training.trainer import TrainConfig
+    from agents.training.config import TrainConfig
 
     html = text(page(site, "cli"))
     assert "cli-reference" not in html
@@ -110,7 +110,7 @@ def test_api_page_documents_the_public_api(site):
         "agents.learners.ppo.PPOConfig",
         "agents.training.trainer.Trainer",
         "agents.training.config.TrainConfig",
-        "agents.training.build.LEARNERS",
+        "agents.training.registry.LEARNERS",
     ):
         assert f'id="{identifier}"' in html, identifier
     # Sphinx roles became links or code, doctest prompts became code blocks.

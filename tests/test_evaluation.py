@@ -31,7 +31,8 @@ from agents.evaluation.held_out import (
     task_prompts,
 )
 from agents.learners.ppo import Episode
-from agents.training.trainer import TrainConfig, Trainer
+from agents.training.config import TrainConfig
+from agents.training.trainer import Trainer
 from cory_env import env
 from cory_env.prompts import PromptList
 
@@ -164,8 +165,8 @@ def trained(toy_model, tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
     config = TrainConfig(
         model=str(toy_model), algo="cory", iterations=1, batch_size=8, mini_batch_size=4, ppo_epochs=2, lr=3e-2,
-        min_new_tokens=3, max_new_tokens=5, context_length=48, out=str(out), tensorboard=False,
-        reward=REWARD, review_source="rotten_tomatoes",
+        min_new_tokens=3, max_new_tokens=5, context_length=48, out=str(out), report_to="none",
+        reward=REWARD, prompt_source="rotten_tomatoes",
     )  # fmt: skip
     trainer = Trainer(config)
     trainer.train(progress=False)
@@ -204,7 +205,7 @@ def test_evaluate_a_critic_free_learners_checkpoint(toy_model, tmp_path, learner
     config = TrainConfig(
         model=str(toy_model), algo="cory", learner=learner, group_size=2, iterations=1, batch_size=4,
         mini_batch_size=4, ppo_epochs=2, lr=3e-2, min_new_tokens=3, max_new_tokens=5, context_length=48,
-        out=str(tmp_path), tensorboard=False, reward=REWARD, review_source="rotten_tomatoes",
+        out=str(tmp_path), report_to="none", reward=REWARD, prompt_source="rotten_tomatoes",
     )  # fmt: skip
     Trainer(config).train(progress=False)
     result = evaluate(small(checkpoint=str(tmp_path)), progress=False, write=False)
@@ -231,8 +232,8 @@ def test_a_loaded_checkpoint_answers_exactly_as_the_trained_policy(trained):
 def test_a_lora_checkpoint_loads_each_learners_adapter(toy_model, tmp_path):
     config = TrainConfig(
         model=str(toy_model), algo="cory", iterations=1, batch_size=4, mini_batch_size=4, ppo_epochs=2, lr=3e-2,
-        min_new_tokens=3, max_new_tokens=4, context_length=48, out=str(tmp_path), tensorboard=False, lora=True,
-        lora_target_modules="q_proj,v_proj,lm_head", reward=REWARD, review_source="rotten_tomatoes",
+        min_new_tokens=3, max_new_tokens=4, context_length=48, out=str(tmp_path), report_to="none", lora=True,
+        lora_target_modules="q_proj,v_proj,lm_head", reward=REWARD, prompt_source="rotten_tomatoes",
     )  # fmt: skip
     trainer = Trainer(config)
     trainer.train(progress=False)

@@ -195,7 +195,7 @@ def test_runs_are_trained_evaluated_alone_archived_and_skipped(tmp_path, monkeyp
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the runs import tests.toy
     model = save_tiny_llama(tmp_path / "toy_llama", toy_tokenizer())
     report, root = tmp_path / "report", tmp_path / "runs"
-    flags = ["--model", str(model), "--reward", "tests.toy:fraction_good", "--review-source", "rotten_tomatoes",
+    flags = ["--model", str(model), "--reward", "tests.toy:fraction_good", "--prompt-source", "rotten_tomatoes",
              "--batch-size", "4", "--mini-batch-size", "2", "--ppo-epochs", "1", "--context-length", "48",
              "--min-new-tokens", "3", "--max-new-tokens", "3"]  # fmt: skip
     argv = ["--studies", "lr", "--seeds", "0", "--iterations", "2", "--root", str(root), "--report", str(report), *flags]

@@ -22,7 +22,8 @@ from transformers import HfArgumentParser
 from agents.training.checkpoint import latest_checkpoint, load_checkpoint
 from agents.distributed.data_parallel import DataParallel, fingerprint
 from agents.distributed.fsdp import FSDPSettings, shard
-from agents.training.trainer import TrainConfig, Trainer
+from agents.training.config import TrainConfig
+from agents.training.trainer import Trainer
 
 from .fsdp_worker import fsdp_worker
 from .test_distributed import PROMPTS, ROOT, accelerate_launch, free_port, launch_args, toy_config

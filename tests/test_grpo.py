@@ -22,7 +22,9 @@ from agents.learners.grpo import GRPOConfig, GRPOLearner
 from agents.algorithms.kl import kl_per_token
 from agents.learners.base import Learner
 from agents.learners.ppo import PPOLearner
-from agents.training.trainer import LEARNERS, TrainConfig, Trainer
+from agents.training.config import TrainConfig
+from agents.training.registry import LEARNERS
+from agents.training.trainer import Trainer
 from cory_env.prompts import Prompt, repeat_each
 
 from .test_training import cli, cli_env, toy_cli_args, toy_config

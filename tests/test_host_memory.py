@@ -62,7 +62,8 @@ def test_a_cpu_trainer_retains_freed_memory_unless_told_not_to(tmp_path, retain)
                         retain_freed_memory=retain)  # fmt: skip
     setup = (
         "import json, sys\n"
-        "from agents.training.trainer import TrainConfig, Trainer\n"
+        "from agents.training.config import TrainConfig\n"
+        "from agents.training.trainer import Trainer\n"
         "Trainer(TrainConfig(**json.loads(sys.argv[1]))).run_iteration()\n"
     )
     faults = faults_after(setup, json.dumps(dataclasses.asdict(config)))

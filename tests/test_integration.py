@@ -79,9 +79,10 @@ def test_ppo_at_the_default_settings_raises_the_embedded_models_sentiment(tmp_pa
     import pandas as pd
 
     from agents.evaluation.statistics import reward_rise
-    from agents.training.trainer import TrainConfig, Trainer
+    from agents.training.config import TrainConfig
+    from agents.training.trainer import Trainer
 
-    config = TrainConfig(algo="ppo", iterations=30, seed=0, out=str(tmp_path), tensorboard=False, save_model=False,
+    config = TrainConfig(algo="ppo", iterations=30, seed=0, out=str(tmp_path), report_to="none", save_model=False,
                          checkpoint_every=100)  # fmt: skip
     Trainer(config).train(progress=False)
     metrics = pd.read_csv(tmp_path / "metrics.csv")

@@ -79,7 +79,23 @@ def test_learners_and_their_math_never_import_a_speed_mechanism():
 
 def test_one_thing_is_named_learners():
     import cory_env.wrappers
-    from agents.training.build import LEARNERS
+    from agents.training.registry import LEARNERS
 
     assert callable(LEARNERS["ppo"])  # the learner registry
     assert cory_env.wrappers.LEARNER_NAMES == ("llm_0", "llm_1") and not hasattr(cory_env.wrappers, "LEARNERS")
+
+
+def test_a_run_is_built_one_way_and_the_trainer_is_the_loop():
+    """config -> build -> trainer: no module of the three imports a later one, even through others,
+    and ``Trainer.__init__`` only calls the two steps and keeps what they return."""
+    import ast
+
+    steps = ("agents.training.registry", "agents.training.config", "agents.training.build", "agents.training.trainer")
+    for i, step in enumerate(steps[:-1]):
+        probe = f"import sys, {step}; print(sorted(m for m in {steps[i + 1:]!r} if m in sys.modules))"
+        result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert result.stdout.strip() == "[]", f"{step} imports {result.stdout.strip()}"
+    tree = ast.parse((ROOT / "agents" / "training" / "trainer.py").read_text())
+    init = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    assert init.end_lineno - init.body[0].lineno <= 15, "Trainer.__init__ grew: put settings in resolve, parts in assemble"

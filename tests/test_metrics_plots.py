@@ -38,7 +38,7 @@ def fake_metrics(iteration: int, seed: int = 0, learners: tuple[str, ...] = ("ll
 
 
 def write_run(out_dir: Path, n: int = 5, seed: int = 0, learners: tuple[str, ...] = ("llm_0", "llm_1")) -> Path:
-    with MetricsLogger(out_dir, tensorboard=False) as logger:
+    with MetricsLogger(out_dir, report_to="none") as logger:
         for it in range(n):
             logger.log(it, fake_metrics(it, seed, learners))
     return out_dir
@@ -56,7 +56,7 @@ def assert_png(path: Path) -> None:
 
 def test_logged_rows_read_back_exactly(tmp_path):
     logged = [fake_metrics(it) for it in range(5)]
-    with MetricsLogger(tmp_path, tensorboard=False) as logger:
+    with MetricsLogger(tmp_path, report_to="none") as logger:
         for it, metrics in enumerate(logged):
             logger.log(it, metrics)
         # the row is on disk before close(): a killed run keeps it
@@ -71,14 +71,14 @@ def test_logged_rows_read_back_exactly(tmp_path):
 
 
 def test_numpy_and_torch_scalars_are_logged_as_floats(tmp_path):
-    with MetricsLogger(tmp_path, tensorboard=False) as logger:
+    with MetricsLogger(tmp_path, report_to="none") as logger:
         logger.log(0, {"llm_0/kl": np.float32(0.5), "llm_0/task_reward_mean": torch.tensor(0.25), "llm_0/role": 1})
     row = read_metrics(tmp_path).iloc[0]
     assert (row["llm_0/kl"], row["llm_0/task_reward_mean"], row["llm_0/role"]) == (0.5, 0.25, 1.0)
 
 
 def test_new_key_later_widens_the_file(tmp_path):
-    with MetricsLogger(tmp_path, tensorboard=False) as logger:
+    with MetricsLogger(tmp_path, report_to="none") as logger:
         for it in range(5):
             metrics = {"llm_0/kl": float(it)}
             if it >= 3:
@@ -97,7 +97,7 @@ def test_new_key_later_widens_the_file(tmp_path):
 
 
 def test_missing_key_leaves_an_empty_cell(tmp_path):
-    with MetricsLogger(tmp_path, tensorboard=False) as logger:
+    with MetricsLogger(tmp_path, report_to="none") as logger:
         logger.log(0, {"a/x": 1.0, "b/x": 2.0})
         logger.log(1, {"b/x": 3.0})
     df = read_metrics(tmp_path)
@@ -105,13 +105,13 @@ def test_missing_key_leaves_an_empty_cell(tmp_path):
 
 
 def test_resume_truncates_rows_after_the_checkpoint(tmp_path):
-    with MetricsLogger(tmp_path, tensorboard=False) as logger:
+    with MetricsLogger(tmp_path, report_to="none") as logger:
         for it in range(5):
             logger.log(it, fake_metrics(it))
             logger.log_samples(it, [sample("pioneer")])
 
     # crash after the checkpoint at iteration 2: iterations 3 and 4 are run again
-    with MetricsLogger(tmp_path, tensorboard=False, resume=True) as logger:
+    with MetricsLogger(tmp_path, report_to="none", resume=True) as logger:
         logger.truncate(after_iteration=2)
         assert read_metrics(tmp_path)["iteration"].tolist() == [0, 1, 2]
         for it in (3, 4):
@@ -130,7 +130,7 @@ def test_resume_drops_a_row_cut_short_by_a_crash(tmp_path):
     write_run(tmp_path, n=3)
     with open(tmp_path / "metrics.csv", "a") as f:
         f.write("3,0.1")  # killed mid-write: no newline
-    with MetricsLogger(tmp_path, tensorboard=False, resume=True) as logger:
+    with MetricsLogger(tmp_path, report_to="none", resume=True) as logger:
         logger.log(3, fake_metrics(3))
     assert read_metrics(tmp_path)["iteration"].tolist() == [0, 1, 2, 3]
 
@@ -146,7 +146,7 @@ def test_samples_jsonl_lines_parse(tmp_path):
         {"learner": "llm_0", "role": "pioneer", "query": 'a "quoted"\nreview', "response": "great film", "reward": 0.8},
         {"learner": "llm_1", "role": "observer", "query": "é ✓", "response": "", "reward": np.float64(-0.5)},
     ]
-    with MetricsLogger(tmp_path, tensorboard=False) as logger:
+    with MetricsLogger(tmp_path, report_to="none") as logger:
         logger.log_samples(7, records)
         logger.log_samples(8, records[:1])
     lines = (tmp_path / "samples.jsonl").read_text(encoding="utf-8").splitlines()
@@ -158,13 +158,13 @@ def test_samples_jsonl_lines_parse(tmp_path):
 
 
 def test_iteration_is_not_a_metric_key(tmp_path):
-    with MetricsLogger(tmp_path, tensorboard=False) as logger, pytest.raises(ValueError):
+    with MetricsLogger(tmp_path, report_to="none") as logger, pytest.raises(ValueError):
         logger.log(0, {"iteration": 1.0})
 
 
 def test_tensorboard_events_file(tmp_path):
     pytest.importorskip("tensorboard")
-    with MetricsLogger(tmp_path, tensorboard=True) as logger:
+    with MetricsLogger(tmp_path, report_to="tensorboard") as logger:
         for it in range(3):
             logger.log(it, fake_metrics(it))
     events = list(tmp_path.glob("events.out.tfevents.*"))
@@ -179,7 +179,7 @@ def test_tensorboard_events_file(tmp_path):
     assert [e.step for e in acc.Scalars("llm_0/task_reward_mean")] == [0, 1, 2]
 
     # resumed from a checkpoint after iteration 0: TensorBoard hides the old steps 1 and 2
-    with MetricsLogger(tmp_path, tensorboard=True, resume=True) as logger:
+    with MetricsLogger(tmp_path, report_to="tensorboard", resume=True) as logger:
         logger.truncate(after_iteration=0)
         for it in (1, 2, 3):
             logger.log(it, {"llm_0/task_reward_mean": 100.0 + it})

@@ -26,7 +26,7 @@ ITERATIONS = 6
 def toy_flags(model: Path) -> list[str]:
     """Pass-through flags: the toy model and reward, tiny batches and answers."""
     return [
-        "--model", str(model), "--reward", "tests.toy:fraction_good", "--review-source", "rotten_tomatoes",
+        "--model", str(model), "--reward", "tests.toy:fraction_good", "--prompt-source", "rotten_tomatoes",
         "--batch-size", "4", "--mini-batch-size", "2", "--ppo-epochs", "1", "--lr", "3e-2", "--context-length", "48",
         "--min-new-tokens", "3", "--max-new-tokens", "3",
     ]  # fmt: skip

@@ -15,7 +15,7 @@ from scipy import stats
 
 from agents.training.plots import plot_kl_vs_reward
 from agents.evaluation.reward_benchmark import main
-from agents.training.trainer import TrainConfig
+from agents.training.config import TrainConfig
 from cory_env.errors import UsageError
 
 from .toy import save_tiny_llama, toy_tokenizer
@@ -27,9 +27,9 @@ RUNS = ("ppo/seed0", "cory/seed0", "ppo/seed1", "cory/seed1")
 
 def toy_args(model: Path, out: Path, *extra: str) -> list[str]:
     return [
-        "--model", str(model), "--reward", "tests.toy:fraction_good", "--review-source", "rotten_tomatoes",
+        "--model", str(model), "--reward", "tests.toy:fraction_good", "--prompt-source", "rotten_tomatoes",
         "--batch-size", "4", "--mini-batch-size", "2", "--ppo-epochs", "1", "--lr", "3e-2",
-        "--min-new-tokens", "3", "--max-new-tokens", "4", "--context-length", "48", "--tensorboard", "false",
+        "--min-new-tokens", "3", "--max-new-tokens", "4", "--context-length", "48", "--report-to", "none",
         "--eval-prompts", "4", "--eval-samples-per-prompt", "2", "--eval-batch-size", "8", "--progress", "false",
         "--out", str(out), *extra,
     ]  # fmt: skip

@@ -235,10 +235,10 @@ def tiny_model(tmp_path_factory, gpt2_tokenizer) -> Path:
 
 
 def _config(model: Path, out: Path, **kw):
-    from agents.training.trainer import TrainConfig
+    from agents.training.config import TrainConfig
 
     settings = dict(model=str(model), iterations=1, batch_size=2, mini_batch_size=2, ppo_epochs=1, out=str(out),
-                    tensorboard=False, min_new_tokens=4, max_new_tokens=8)  # fmt: skip
+                    report_to="none", min_new_tokens=4, max_new_tokens=8)  # fmt: skip
     settings.update(kw)
     return TrainConfig(**settings)
 

@@ -15,7 +15,8 @@ import torch
 from pettingzoo.test import api_test, seed_test, state_test
 from pettingzoo.utils.conversions import turn_based_aec_to_parallel
 
-from agents.training.trainer import TrainConfig, Trainer
+from agents.training.config import TrainConfig
+from agents.training.trainer import Trainer
 from cory_env import CollectiveRewardWrapper, PromptTooLongError, RoleExchangeWrapper, chain_roles, env
 from cory_env.templates import render
 
@@ -347,7 +348,7 @@ def test_each_learner_of_a_team_is_evaluated_alone_in_its_own_tokens(toy_model, 
     from agents.evaluation.held_out import EvalConfig, evaluate
 
     config = team_config(toy_model, tmp_path, models=f"{toy_model},{tiny_gpt2},{toy_model}", iterations=1, lr=3e-2,
-                         context_length=64, max_new_tokens=4, min_new_tokens=4, reward="tests.toy:long_words", review_source="rotten_tomatoes", save_model=False)  # fmt: skip
+                         context_length=64, max_new_tokens=4, min_new_tokens=4, reward="tests.toy:long_words", prompt_source="rotten_tomatoes", save_model=False)  # fmt: skip
     Trainer(config).train(progress=False)
     result = evaluate(EvalConfig(checkpoint=str(tmp_path), num_prompts=4, batch_size=4), progress=False, write=False)
     assert result["learners"].keys() == {"llm_0", "llm_1", "llm_2"}

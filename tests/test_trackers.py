@@ -19,14 +19,15 @@ import yaml
 
 from agents.training.metrics import MetricsLogger
 from agents.training.trackers import installed_trackers, resolve_report_to, supported_trackers
-from agents.training.trainer import TrainConfig, Trainer
+from agents.training.config import TrainConfig
+from agents.training.trainer import Trainer
 
 from .test_training import toy_config
 from .toy import fraction_good, save_tiny_llama, toy_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = ["the movie was", "the plot is", "acting is very"]
-SETTINGS = {"lr": 0.01, "algo": "cory", "lora": False, "model": "tiny", "task_file": "", "tensorboard": None}
+SETTINGS = {"lr": 0.01, "algo": "cory", "lora": False, "model": "tiny", "task_file": ""}
 
 
 def metrics(iteration: int) -> dict[str, float]:
@@ -141,20 +142,7 @@ def test_missing_tracker_package_names_what_to_install():
         resolve_report_to(f"tensorboard,{missing[0]}")
 
 
-def test_tensorboard_flag_is_an_alias_of_report_to():
-    assert resolve_report_to("tensorboard", tensorboard=False) == []  # --tensorboard false, the default --report-to
-    assert resolve_report_to("none", tensorboard=False) == []
-    assert resolve_report_to("tensorboard", tensorboard=True) == ["tensorboard"]
-    with pytest.raises(ValueError, match=r"--tensorboard true contradicts --report-to none.*--report-to tensorboard\)"):
-        resolve_report_to("none", tensorboard=True)
-    contradiction = r"--tensorboard false contradicts --report-to tensorboard,mlflow.*--report-to mlflow\)"
-    with pytest.raises(ValueError, match=contradiction):
-        resolve_report_to("tensorboard,mlflow", tensorboard=False)
-    with pytest.raises(ValueError, match="--tensorboard false contradicts --report-to all"):
-        resolve_report_to("all", tensorboard=False)
-
-
-def test_command_line_keeps_the_tensorboard_flag():
+def test_command_line_reports_through_report_to_alone():
     spec = importlib.util.spec_from_file_location("_train_cory", ROOT / "examples" / "train_cory.py")
     train_cory = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(train_cory)
@@ -162,11 +150,13 @@ def test_command_line_keeps_the_tensorboard_flag():
 
     def trackers(*args: str) -> list[str]:
         (config,) = parser.parse_args_into_dataclasses(args=list(args))
-        return resolve_report_to(config.report_to, config.tensorboard)
+        return resolve_report_to(config.report_to)
 
     assert trackers() == ["tensorboard"]
-    assert trackers("--tensorboard", "false") == trackers("--no-tensorboard") == trackers("--report-to", "none") == []
-    assert trackers("--tensorboard") == trackers("--tensorboard", "true") == ["tensorboard"]
+    assert trackers("--report-to", "none") == []
+    for retired in (["--tensorboard", "false"], ["--no_tensorboard"]):  # cory-env 0.1's switch (CHANGELOG.md)
+        with pytest.raises(SystemExit):
+            trackers(*retired)
     assert trackers("--report_to", "all") == installed_trackers()
 
 
@@ -216,8 +206,8 @@ def test_a_bad_report_to_fails_before_the_models_load(tmp_path):
     config = TrainConfig(model=str(tmp_path / "no_such_model"), out=str(tmp_path / "run"), report_to="tensorbord")
     with pytest.raises(ValueError, match="unknown tracker 'tensorbord'"):
         Trainer(config, prompts=PROMPTS, reward_fn=fraction_good)
-    config = dataclasses.replace(config, report_to="none", tensorboard=True)
-    with pytest.raises(ValueError, match="--tensorboard true contradicts"):
+    config = dataclasses.replace(config, report_to="none,wandb")
+    with pytest.raises(ValueError, match="'all' and 'none' stand alone"):
         Trainer(config, prompts=PROMPTS, reward_fn=fraction_good)
 
 
@@ -226,11 +216,11 @@ def test_trainer_reports_every_iteration_and_its_settings(toy_model, tmp_path, r
     wandb_dir = request.getfixturevalue("wandb_offline") if "wandb" in report_to else None
     out = tmp_path / "run"
     config = toy_config(toy_model, out, algo="ppo", iterations=2, batch_size=4, mini_batch_size=2, ppo_epochs=1,
-                        tensorboard=None, report_to=report_to, save_model=False)  # fmt: skip
+                        report_to=report_to, save_model=False)  # fmt: skip
     Trainer(config, prompts=PROMPTS, reward_fn=fraction_good).train(progress=False)
     rewards = pd.read_csv(out / "metrics.csv")["pioneer/task_reward_mean"].tolist()
     saved = json.loads((out / "config.json").read_text())
-    assert saved["report_to"] == report_to and saved["tensorboard"] is None
+    assert saved["report_to"] == report_to and "tensorboard" not in saved
     reported = tensorboard_scalars(out)["pioneer/task_reward_mean"]
     assert [step for step, _ in reported] == [0, 1] and [v for _, v in reported] == pytest.approx(rewards)
     assert "charts/tokens_per_s" in tensorboard_scalars(out)
@@ -243,9 +233,9 @@ def test_trainer_reports_every_iteration_and_its_settings(toy_model, tmp_path, r
         assert wandb_config(records)["batch_size"] == 4
 
 
-def test_trainer_with_tensorboard_false_reports_to_no_tracker(toy_model, tmp_path):
+def test_trainer_with_report_to_none_reports_to_no_tracker(toy_model, tmp_path):
     config = toy_config(toy_model, tmp_path, algo="ppo", iterations=1, batch_size=4, mini_batch_size=2, ppo_epochs=1,
-                        save_model=False)  # fmt: skip (toy_config passes tensorboard=False, as the scripts do)
+                        save_model=False)  # fmt: skip (toy_config passes report_to="none", as the scripts do)
     Trainer(config, prompts=PROMPTS, reward_fn=fraction_good).train(progress=False)
     assert json.loads((tmp_path / "config.json").read_text())["report_to"] == "none"
     assert not list(tmp_path.rglob("events.out.tfevents.*"))
@@ -253,7 +243,7 @@ def test_trainer_with_tensorboard_false_reports_to_no_tracker(toy_model, tmp_pat
 
 def test_a_resumed_run_reports_each_iteration_once(toy_model, tmp_path):
     config = toy_config(toy_model, tmp_path, algo="ppo", iterations=2, batch_size=4, mini_batch_size=2, ppo_epochs=1,
-                        tensorboard=None, checkpoint_every=1, save_model=False)  # fmt: skip
+                        report_to="tensorboard", checkpoint_every=1, save_model=False)  # fmt: skip
     Trainer(config, prompts=PROMPTS, reward_fn=fraction_good).train(progress=False)
     resumed = dataclasses.replace(config, iterations=3, resume=True)
     Trainer(resumed, prompts=PROMPTS, reward_fn=fraction_good).train(progress=False)
@@ -270,4 +260,6 @@ def test_evaluating_a_run_reports_to_no_tracker():
 
     saved = dataclasses.asdict(TrainConfig(report_to="tensorboard,wandb,mlflow"))
     config = train_config_from(saved)
-    assert config.report_to == "none" and resolve_report_to(config.report_to, config.tensorboard) == []
+    assert config.report_to == "none" and resolve_report_to(config.report_to) == []
+    old = train_config_from(saved | {"tensorboard": False, "review_source": "imdb"})  # cory-env 0.1's config.json
+    assert old.prompt_source == "imdb" and old.report_to == "none"

@@ -18,7 +18,8 @@ import torch
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from agents.training.checkpoint import load_checkpoint
-from agents.training.trainer import TrainConfig, Trainer
+from agents.training.config import TrainConfig
+from agents.training.trainer import Trainer
 
 from .toy import fraction_good, save_tiny_llama, toy_tokenizer
 
@@ -34,7 +35,7 @@ def toy_model(tmp_path_factory) -> Path:
 def toy_config(model: Path, out: Path, **kw) -> TrainConfig:
     defaults = dict(
         model=str(model), iterations=12, batch_size=16, mini_batch_size=8, ppo_epochs=4, lr=1e-2, kl_coef=0.05,
-        min_new_tokens=6, max_new_tokens=6, out=str(out), tensorboard=False, checkpoint_every=100, context_length=48,
+        min_new_tokens=6, max_new_tokens=6, out=str(out), report_to="none", checkpoint_every=100, context_length=48,
     )  # fmt: skip
     defaults.update(kw)
     return TrainConfig(**defaults)
@@ -89,10 +90,10 @@ def cli_env() -> dict[str, str]:
 
 def toy_cli_args(model: Path, out: Path, *extra: str) -> list[str]:
     return [
-        "--model", str(model), "--reward", "tests.toy:fraction_good", "--review-source", "rotten_tomatoes",
+        "--model", str(model), "--reward", "tests.toy:fraction_good", "--prompt-source", "rotten_tomatoes",
         "--batch-size", "4", "--mini-batch-size", "2", "--ppo-epochs", "2", "--lr", "1e-2",
         "--min-new-tokens", "3", "--max-new-tokens", "5", "--context-length", "48", "--out", str(out),
-        "--tensorboard", "false", *extra,
+        "--report-to", "none", *extra,
     ]  # fmt: skip
 
 
@@ -539,6 +540,26 @@ def test_the_mini_batch_follows_the_batch_size_unless_given(toy_model, tmp_path)
     with pytest.raises(ValueError, match="--batch-size 6 must be a multiple of --mini-batch-size 4"):
         Trainer(toy_config(toy_model, tmp_path, algo="ppo", batch_size=6, mini_batch_size=4), prompts=PROMPTS,
                 reward_fn=fraction_good)  # fmt: skip
+
+
+def test_resolve_fills_in_every_derived_setting_once_and_checks_them_before_a_model_loads(monkeypatch):
+    from agents.distributed.data_parallel import DataParallel
+    from agents.training.config import resolve
+
+    resolved = resolve(TrainConfig(algo="cory", report_to="none", preset="paper-imdb", lr=1e-4))
+    assert (resolved.model, resolved.iterations, resolved.lr) == ("gpt2-large", 100, 1e-4)  # a given flag wins
+    assert resolved.mini_batch_size == 256 and resolved.num_agents == 2 and resolved.reward == "lvwerra/distilbert-imdb"
+    assert (resolved.min_new_tokens, resolved.max_new_tokens, resolved.context_length) == (4, 15, 128)
+    assert resolve(resolved) == resolved  # a resolved config (a checkpoint's, say) resolves to itself
+    plain = resolve(TrainConfig(algo="ppo", batch_size=24, models="", report_to="none"))
+    assert plain.mini_batch_size == 12 and plain.num_agents is None
+    with pytest.raises(ValueError, match="--batch-size 6 must be a multiple of --group-size 4"):
+        resolve(TrainConfig(learner="grpo", batch_size=6, mini_batch_size=2))
+    with pytest.raises(ValueError, match="--gradient-checkpointing-observer applies to CORY's observer"):
+        resolve(TrainConfig(algo="ppo", gradient_checkpointing_observer=True))
+    assert not resolve(TrainConfig(report_to="none"), DataParallel()).bf16
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")  # accelerate launch --mixed_precision bf16
+    assert resolve(TrainConfig(report_to="none"), DataParallel()).bf16
 
 
 @pytest.mark.parametrize(("change", "message"), [

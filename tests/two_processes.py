@@ -16,12 +16,13 @@ def join_two_processes(rank: int, port: int, **environment: str) -> None:
 
 def one_iteration(model: str, results: str) -> Any:
     """A CORY trainer on ``model`` after one small iteration (batch 4, two minibatches)."""
-    from agents.training.trainer import TrainConfig, Trainer
+    from agents.training.config import TrainConfig
+    from agents.training.trainer import Trainer
 
     from .toy import fraction_good
 
     config = TrainConfig(model=model, iterations=1, batch_size=4, mini_batch_size=2, ppo_epochs=1, lr=1e-2,
-                         min_new_tokens=3, max_new_tokens=4, out=str(Path(results) / "run"), tensorboard=False,
+                         min_new_tokens=3, max_new_tokens=4, out=str(Path(results) / "run"), report_to="none",
                          context_length=48)  # fmt: skip
     trainer = Trainer(config, prompts=["the movie was", "the plot is"], reward_fn=fraction_good)
     trainer.run_iteration()

@@ -45,6 +45,29 @@ def add_debug_flag(parser: Parser) -> Parser:
     return parser
 
 
+#: Training flags of cory-env 0.1 that 0.2 retired, and what to give instead (CHANGELOG.md).
+RETIRED_FLAGS = {
+    "--tensorboard": "--report-to none (or leave it out: TensorBoard is the default tracker)",
+    "--no-tensorboard": "--report-to none",
+    "--review-source": "--prompt-source (imdb or rotten_tomatoes)",
+}
+
+
+class _Retired(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        flag = "--" + option_string.lstrip("-").replace("_", "-")
+        parser.error(f"{option_string} was retired in cory-env 0.2: use {RETIRED_FLAGS[flag]}")
+
+
+def refuse_retired_flags(parser: Parser) -> Parser:
+    """Make ``parser`` refuse each of :data:`RETIRED_FLAGS` with a usage error that names its
+    replacement (instead of argparse's "unrecognized arguments"); they stay out of ``--help``."""
+    for flag in RETIRED_FLAGS:
+        names = dict.fromkeys([flag, "--" + flag[2:].replace("-", "_")])  # as HfArgumentParser's, both spellings
+        parser.add_argument(*names, nargs="?", action=_Retired, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    return parser
+
+
 def debug_requested(args: Sequence[str]) -> bool:
     """Whether ``--debug`` is among ``args`` (before a ``--``) or ``CORY_DEBUG`` is set to a true value."""
     on = os.environ.get(DEBUG_VARIABLE, "").strip().lower() in ("1", "true", "yes", "on")

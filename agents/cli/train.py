@@ -31,14 +31,15 @@ from pathlib import Path
 
 from transformers import HfArgumentParser
 
-from agents.cli.errors import add_debug_flag, one_line_errors
+from agents.cli.errors import add_debug_flag, one_line_errors, refuse_retired_flags
 from agents.distributed.data_parallel import process_rank
 from agents.training.export import MODEL_DIR
 from agents.training.metrics import read_metrics
 from agents.training.plots import learner_columns
 from agents.training.run_lock import RunLock
 from agents.evaluation.statistics import reward_rise
-from agents.training.trainer import TrainConfig, Trainer
+from agents.training.config import TrainConfig
+from agents.training.trainer import Trainer
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -48,10 +49,7 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefa
 def build_parser() -> HfArgumentParser:
     """The command line: one flag per TrainConfig field, its help text from the field (also docs/cli.md)."""
     parser = HfArgumentParser(TrainConfig, description=__doc__, formatter_class=_HelpFormatter)
-    # The older off switch, kept as --tensorboard false is (TrainConfig.tensorboard's default is None: not given).
-    parser.add_argument("--no_tensorboard", "--no-tensorboard", action="store_false", dest="tensorboard",
-                        default=None, help="deprecated, use --report-to none")  # fmt: skip
-    return add_debug_flag(parser)
+    return add_debug_flag(refuse_retired_flags(parser))
 
 
 def learning_summary(out: Path, batch_size: int, k: int = 3) -> list[str]:

@@ -41,7 +41,7 @@ from agents.evaluation.report import EVAL_COLUMNS, fmt, format_result, jsonable,
 from agents.training.checkpoint import latest_checkpoint, load_checkpoint
 from agents.learners.ppo import Episode, PPOLearner
 from agents.training.build import resolve_device
-from agents.training.config import TrainConfig, build_task, flag, prompt_source_name, with_task_defaults
+from agents.training.config import TrainConfig, build_task, flag, upgrade_settings, with_task_defaults
 from agents.training.trainer import Trainer
 from cory_env import env
 from cory_env.errors import UsageError
@@ -142,14 +142,15 @@ def run_folder(checkpoint: Path) -> Path:
 
 
 def train_config_from(saved: dict[str, Any], **overrides: Any) -> TrainConfig:
-    """Rebuild a run's :class:`TrainConfig` from the ``config`` a checkpoint holds."""
+    """Rebuild a run's :class:`TrainConfig` from the ``config`` a checkpoint holds (an older version's too)."""
+    saved = upgrade_settings(saved)
     names = {f.name for f in dataclasses.fields(TrainConfig)}
     unknown = sorted(set(saved) - names)
     if unknown:
         logger.warning("checkpoint settings unknown to this version are ignored: %s", ", ".join(unknown))
     kept = {k: v for k, v in saved.items() if k in names}
     # Evaluating reports to no tracker: the run's own (wandb, say) may not be installed here.
-    return TrainConfig(**{**kept, "preset": "", "resume": False, "tensorboard": None, "report_to": "none", **overrides})
+    return TrainConfig(**{**kept, "preset": "", "resume": False, "report_to": "none", **overrides})
 
 
 def policy_from_checkpoint(state: dict[str, Any], *, reward_fn: RewardFunction, device: str = "auto") -> Trainer:
@@ -169,7 +170,7 @@ def policy_from_checkpoint(state: dict[str, Any], *, reward_fn: RewardFunction, 
 
 def policy_from_model(model: str, *, reward_fn: RewardFunction, device: str = "auto") -> Trainer:
     """A model as it is: one ``pioneer`` learner whose reference is the same model (KL 0)."""
-    config = TrainConfig(algo="ppo", model=model, device=device, tensorboard=False)
+    config = TrainConfig(algo="ppo", model=model, device=device, report_to="none")
     return Trainer(config, prompts=_UNUSED_PROMPTS, reward_fn=reward_fn)
 
 
@@ -343,7 +344,7 @@ def evaluate(config: EvalConfig, *, progress: bool = True, write: bool = True) -
     tokenizer = trainer.game.unwrapped.tokenizer  # the first learner's: it selects the prompts
     if task != run.task:  # another task than the run was trained on: that task's own prompts and template
         run = dataclasses.replace(run, task=task, task_file="", pioneer_template="", prompt_source="auto")
-    source = config.source or prompt_source_name(run)
+    source = config.source or run.prompt_source
     prompt_source, pioneer_template = task_prompts(run, tokenizer, split=config.split, seed=config.seed, source=source)
     prompts = held_out_prompts(prompt_source, config.num_prompts, config.seed)
     threshold = config.pass_threshold if config.pass_threshold is not None else (1.0 if task == "gsm8k" else None)

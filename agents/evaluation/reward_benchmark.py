@@ -41,7 +41,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from agents.cli.errors import add_debug_flag, one_line_errors
+from agents.cli.errors import add_debug_flag, one_line_errors, refuse_retired_flags
 from agents.training.checkpoint import checkpoint_iteration, latest_checkpoint
 from agents.evaluation.held_out import EvalConfig, evaluate, load_reward
 from agents.evaluation.benchmark_report import KL_VS_REWARD_PLOT, PLOTS, format_report, run_dir, write_report
@@ -53,7 +53,7 @@ from cory_env.errors import UsageError
 #: TrainConfig fields the benchmark sets for each run itself.
 PER_RUN = ("algo", "seed", "out", "resume", "overwrite")
 #: Settings a --resume may change: they do not change what a finished run means.
-MAY_CHANGE = ("iterations", "device", "checkpoint_every", "tensorboard", "report_to", "samples_per_iteration",
+MAY_CHANGE = ("iterations", "device", "checkpoint_every", "report_to", "samples_per_iteration",
               "reward_timeout")  # fmt: skip
 
 
@@ -205,10 +205,10 @@ def run_benchmark(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     from transformers import HfArgumentParser
 
-    return add_debug_flag(HfArgumentParser(
+    return add_debug_flag(refuse_retired_flags(HfArgumentParser(
         (TrainingFlags, BenchmarkConfig), description=__doc__, prog="cory-bench",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-    ))
+    )))
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, BenchmarkConfig]:

@@ -12,7 +12,7 @@ or 5 with one. The update agrees with the plain schedule to floating-point round
 and the minibatch shuffling draws the same random numbers. ``benchmarks/iteration.py
 --scoring-reuse-ablation`` times both (docs/benchmarks.md).
 
-The ``ppo`` learner factory (:mod:`agents.training.build`) switches it on unless
+The ``ppo`` learner factory (:mod:`agents.training.registry`) switches it on unless
 ``--no-reuse-scoring-pass``; :func:`reuse_scoring_pass` does it for a learner built by hand. A
 model with active dropout keeps the separate scoring pass, whose eval-mode outputs differ.
 """

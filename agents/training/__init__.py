@@ -1,8 +1,13 @@
 """Training: the loop and what a run needs around it.
 
+A run flows one way: :mod:`~agents.training.config` (settings, resolved and checked) ->
+:mod:`~agents.training.build` (what the run is made of) -> :mod:`~agents.training.trainer` (the loop).
+
 - :mod:`~agents.training.config`: :class:`~agents.training.config.TrainConfig`, its sections,
-  presets and the rules of a resume;
-- :mod:`~agents.training.build`: the run's devices, models and learners (``LEARNERS``);
+  presets, :func:`~agents.training.config.resolve` and the rules of a resume;
+- :mod:`~agents.training.registry`: the ``--learner`` factories (``LEARNERS``);
+- :mod:`~agents.training.build`: :func:`~agents.training.build.assemble`: the run's task, devices,
+  models, learners and game;
 - :mod:`~agents.training.trainer`: the :class:`~agents.training.trainer.Trainer` loop (rollout,
   learn, log, checkpoint);
 - :mod:`~agents.training.checkpoint`: safe, atomic checkpoints and resume;

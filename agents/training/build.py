@@ -1,11 +1,16 @@
-"""Building a run: its devices, its models and its learners, from a :class:`~agents.training.config.TrainConfig`.
+"""Building a run from its resolved :class:`~agents.training.config.TrainConfig`: :func:`assemble`.
+
+:func:`assemble` is the whole of it, top to bottom: the task, the devices, the tokenizers, the
+prompts and the reward, the models, one learner per agent (``LEARNERS[config.learner]``,
+:mod:`agents.training.registry`), and the game they play. Its parts:
 
 - :func:`select_devices`: the main device and each learner's (``--device``, ``--learner-devices``,
   or each process's own under ``accelerate launch``);
 - :func:`build_models`: each learner's trainable causal LM and frozen reference: full copies
   (one reference per device), LoRA adapters on one shared base (``--lora``, 4-bit with
-  ``--load-in-4bit``), or FSDP shards, with the speed switches applied to the base first;
-- :data:`LEARNERS`: the ``--learner`` factories (PPO, GRPO, RLOO, and any you register).
+  ``--load-in-4bit``), or FSDP shards, with the speed switches applied to the base first.
+
+The config comes resolved (:func:`agents.training.config.resolve`): nothing here rewrites it.
 """
 
 from __future__ import annotations
@@ -14,64 +19,126 @@ import copy
 import logging
 import os
 import random
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
+from pettingzoo import AECEnv
 from trl.trainer.utils import disable_dropout_in_model
 
 from agents.distributed.data_parallel import DataParallel
 from agents.distributed.fsdp import full_state, is_sharded
 from agents.learners.base import Learner
-from agents.learners.grpo import GRPOLearner
-from agents.learners.ppo import PPOLearner
-from agents.learners.value_model import CausalLMWithValueHead
 from agents.speed import padding_free
 from agents.speed.cpu_linear import use_cpu_linear
-from agents.speed.scoring_reuse import reuse_scoring_pass
+from agents.speed.host_memory import retain_freed_memory
+from agents.training.config import TrainConfig, build_task, check_group_size
+from agents.training.registry import LEARNERS
+from cory_env import CollectiveRewardWrapper, RoleExchangeWrapper, env
 from cory_env.errors import UsageError
-from cory_env.models import load_causal_lm
+from cory_env.models import load_causal_lm, load_tokenizer
+from cory_env.prompts import PromptSource, repeat_each
+from cory_env.rewards import get_reward
+from cory_env.rewards.base import RewardFunction
+from cory_env.tasks import Task
 
 logger = logging.getLogger(__name__)
 
-if TYPE_CHECKING:
-    from agents.training.config import TrainConfig
+
+@dataclass
+class Assembly:
+    """What a run is made of, by learner name where there is one per learner (:func:`assemble`)."""
+
+    task: Task  #: the task: its templates, its prompts (``--task``, ``--task-file``)
+    device: torch.device  #: the main device: models are loaded there, the reward model runs there
+    tokenizers: dict[str, Any]  #: each learner's tokenizer (learners of one model share one)
+    reward: RewardFunction  #: the task reward, called with a timeout; a stop request can abandon a call
+    policies: dict[str, torch.nn.Module]  #: what each learner acts with: its trainable causal LM
+    learners: dict[str, Learner]  #: the learners, llm_0 ... (CORY) or pioneer (PPO)
+    game: AECEnv  #: the environment; under CORY in its collective-reward and role-exchange wrappers
 
 
-#: Builds one learner: ``factory(config, *, policy, reference, seed, sampling, device)``, where
-#: ``policy`` is this learner's trainable causal LM (full copy or LoRA adapter view, on ``device``),
-#: ``reference`` its frozen reference (learners on one device share it), ``sampling`` LMActor's
-#: keyword arguments. Under ``accelerate launch`` the factory also gets ``data_parallel``
-#: (:class:`~agents.distributed.data_parallel.DataParallel`): the learner must then average its gradients
-#: over the processes (``data_parallel.average_gradients``) so that their weights stay equal,
-#: and under FSDP shard any module it adds to ``policy`` (``data_parallel.shard``) before
-#: building its optimizer (``policy`` and ``reference`` come sharded).
-LearnerFactory = Callable[..., Learner]
+def assemble(
+    config: TrainConfig,
+    data_parallel: DataParallel,
+    prompts: PromptSource | Sequence[str] | None = None,
+    reward_fn: RewardFunction | None = None,
+) -> Assembly:
+    """Build a run from its resolved ``config``: ``prompts`` and ``reward_fn`` override the task's
+    prompt source and ``config.reward``. The steps keep one order, on which the random draws of a
+    run depend: the same config gives the same initial weights and the same episodes."""
+    dp, names = data_parallel, config.learner_names()
+    task = build_task(config)  # a bad --task-file fails before anything is loaded
+    device, learner_devices = select_devices(config, names, dp)
+    if config.retain_freed_memory and any(d.type == "cpu" for d in learner_devices.values()):
+        retain_freed_memory()
+    if config.bf16 and dp.is_main_process and (slow := emulated_bfloat16(learner_devices.values())):
+        logger.warning("--bf16 on %s, which has no bfloat16 arithmetic: autocast emulates it, many times slower "
+                       "than float32 (docs/benchmarks.md). Drop --bf16 on this machine", slow)  # fmt: skip
+    seed_everything(config.seed)  # the same on every process: the initial weights must be equal
+    models = config.agent_models()  # each learner's model; a team of different models has a tokenizer each
+    loaded = {m: load_tokenizer(m) for m in dict.fromkeys(models.values())}
+    tokenizers = {n: loaded[models[n]] for n in names}
+    # The task's data and reward before the models: a bad --task-file or --reward fails fast.
+    if prompts is None:  # the first learner's tokenizer selects the prompts
+        prompts = task.prompts(tokenizers[names[0]], split="train", seed=config.seed, source=config.prompt_source)
+    reward = get_reward(reward_fn if reward_fn is not None else config.reward, device, timeout=config.reward_timeout)
+    references, policies = build_models(config, names, device, learner_devices, dp)
+    learners = build_learners(config, names, references, policies, learner_devices, dp)
+    if dp.is_distributed:  # after the initial weights, each process draws its own data
+        seed_everything(dp.seed(config.seed))
+    group_size = int(getattr(learners[names[0]], "group_size", 1))
+    check_group_size(config.batch_size, group_size, config.learner)
+    if group_size > 1:  # each prompt group_size times in a row: groups of responses to compare
+        prompts = repeat_each(prompts, group_size)
+    game = env(
+        tokenizer=[tokenizers[n] for n in names],  # agents of one model share one speaker
+        prompts=prompts,
+        reward_fn=reward,
+        pioneer_template=config.pioneer_template or task.pioneer_template,
+        observer_template=config.observer_template or task.observer_template,
+        templates=config.template_list(),
+        num_agents=len(names),
+        num_conversations=config.batch_size,
+        max_new_tokens=(config.min_new_tokens, config.max_new_tokens),
+        context_length=config.context_length,
+        knowledge_transfer=not config.no_knowledge_transfer,
+    )
+    game.check_prompts()  # a prompt too long for --context-length fails now, not at the episode that draws it
+    if config.algo == "cory":
+        period = None if config.no_role_exchange else config.role_exchange_period
+        game = RoleExchangeWrapper(CollectiveRewardWrapper(game), period=period)
+    return Assembly(task, device, tokenizers, reward, policies, learners, game)
 
 
-def ppo_learner(config: TrainConfig, *, policy, reference, seed, sampling, device, data_parallel=None) -> PPOLearner:
-    """PPO-LLM: the policy gets a value head (critic)."""
-    model = CausalLMWithValueHead(policy).to(device)
-    if data_parallel is not None:
-        data_parallel.shard(model.v_head)  # FSDP: the value head is a unit of its own (the LM is one already)
-    learner = PPOLearner(model, reference, config.ppo_config(), seed, sampling, data_parallel=data_parallel)
-    return reuse_scoring_pass(learner) if config.reuse_scoring_pass else learner
-
-
-def grpo_learner(config: TrainConfig, *, policy, reference, seed, sampling, device, data_parallel=None) -> GRPOLearner:
-    """GRPO: group-normalised advantages, k3 KL term in the loss; no value head."""
-    return GRPOLearner(policy, reference, config.grpo_config("grpo"), seed, sampling, data_parallel=data_parallel)
-
-
-def rloo_learner(config: TrainConfig, *, policy, reference, seed, sampling, device, data_parallel=None) -> GRPOLearner:
-    """RLOO: leave-one-out baseline, KL penalty in the reward; no value head."""
-    return GRPOLearner(policy, reference, config.grpo_config("rloo"), seed, sampling, data_parallel=data_parallel)
-
-
-#: ``--learner`` choices. Register another algorithm with ``LEARNERS["name"] = factory``
-#: before building the Trainer (or the command-line parser): see docs/plug-in-your-algorithm.md.
-LEARNERS: dict[str, LearnerFactory] = {"ppo": ppo_learner, "grpo": grpo_learner, "rloo": rloo_learner}
+def build_learners(
+    config: TrainConfig,
+    names: list[str],
+    references: dict[str, torch.nn.Module],
+    policies: dict[str, torch.nn.Module],
+    devices: dict[str, torch.device],
+    dp: DataParallel,
+) -> dict[str, Learner]:
+    """One learner per name, from ``LEARNERS[config.learner]``; in a data-parallel run every process
+    starts from process 0's weights (value heads included)."""
+    sampling = dict(do_sample=True, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)
+    extra = {"data_parallel": dp} if dp.is_distributed or dp.sharded else {}
+    learners: dict[str, Learner] = {}
+    for i, name in enumerate(names):
+        learner = LEARNERS[config.learner](
+            config, policy=policies[name], reference=references[name], seed=dp.seed(config.seed) * 1000 + i,
+            sampling=sampling, device=devices[name], **extra,
+        )  # fmt: skip
+        if not isinstance(learner, Learner):
+            raise TypeError(f"learner {config.learner!r} built a {type(learner).__name__}, which lacks act, learn, "
+                            f"state_dict or load_state_dict (see agents.learners.base.Learner)")  # fmt: skip
+        learners[name] = learner
+    if dp.sharded:
+        check_sharded(learners)
+    dp.broadcast_parameters(p for learner in learners.values() for p in trainable_parameters(learner))
+    return learners
 
 
 def select_devices(config: TrainConfig, names: list[str], dp: DataParallel) -> tuple[torch.device, dict[str, torch.device]]:
@@ -255,14 +322,6 @@ def check_position_window(context_length: int, model: torch.nn.Module, names: li
         f"--context-length {context_length} does not fit {who}'s model ({name}), whose window is {window} "
         f"positions: lower --context-length to {window} or less, or shorten the prompts"
     )
-
-
-def check_group_size(batch_size: int, group_size: int, learner: str) -> None:
-    if batch_size % group_size:
-        raise UsageError(
-            f"--batch-size {batch_size} must be a multiple of --group-size {group_size}: the {learner} learner "
-            f"compares {group_size} responses per prompt, so each prompt fills {group_size} conversations"
-        )
 
 
 def trainable_parameters(learner: Learner) -> list[torch.nn.Parameter]:

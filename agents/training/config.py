@@ -1,10 +1,13 @@
-"""The training configuration: :class:`TrainConfig`, its presets and the rules of a resume.
+"""The training configuration: :class:`TrainConfig`, its presets, :func:`resolve` and the rules of a resume.
 
 Every field of :class:`TrainConfig` is a flag of ``cory-train`` (``examples/train_cory.py``),
 its help text the field's; the fields come in sections, as TRL's configs do (task, model,
 algorithm, generation, output, speed). What can be checked from the values alone is checked
-when the config is made (``__post_init__``); what needs the preset and the task's defaults,
-when the :class:`~agents.training.trainer.Trainer` is built (:meth:`TrainConfig.check_batch`).
+when the config is made (``__post_init__``); everything else, once, by :func:`resolve`, before
+anything is built: it fills in the preset, the task's defaults and the derived settings, and
+checks the settings against each other and against the launcher. A run is then assembled from
+the resolved config (:func:`agents.training.build.assemble`); the config never looks back at
+the build.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from agents.algorithms.kl import ESTIMATORS
+from agents.distributed.data_parallel import DataParallel
 from agents.learners.grpo import GRPOConfig
 from agents.learners.ppo import PPOConfig
-from agents.training.build import LEARNERS, check_group_size
+from agents.training.registry import LEARNERS
+from agents.training.trackers import resolve_report_to
 from cory_env.errors import UsageError
 from cory_env.models import EMBEDDED_MODEL
 from cory_env.tasks import TASKS, Task, custom_task, get_task
@@ -54,7 +59,6 @@ class TrainConfig:
     task_file: str = flag("", "your own prompts: a .jsonl or .csv file, one row per prompt (--task still gives templates and reward)")
     query_field: str = flag("query", "--task-file column holding the query; the other columns go to the reward as metadata")
     prompt_source: str = flag("auto", "where the task's prompts come from: auto, or sentiment: imdb, rotten_tomatoes; gsm8k: gsm8k, gsm_symbolic")
-    review_source: str = flag("auto", "sentiment prompts: auto, imdb or rotten_tomatoes (used when --prompt-source is auto)")
     pioneer_template: str = flag("", "pioneer prompt, a format string with {query} (empty: the task's)")
     observer_template: str = flag("", "observer prompt, a format string with {query} and {response} (empty: the task's); in a chain of --num-agents N > 2, every later agent's, {response} the previous answer")
     templates: str = flag("", "a chain's templates, one per agent, as a JSON list (e.g. '[\"{query}\", \"{query}{response}\", \"{query}{responses}\"]': {response_k} is agent k's answer, {responses} all earlier ones); overrides --pioneer-template and --observer-template")
@@ -122,7 +126,6 @@ class TrainConfig:
     samples_per_iteration: int = flag(4, "sample generations per learner written to samples.jsonl")
     report_to: str = flag("tensorboard", "experiment trackers, as TRL's --report_to (accelerate's): tensorboard (in --out), "
                         "wandb, mlflow, trackio, ..., comma-separated; all or none. metrics.csv is written anyway")
-    tensorboard: bool | None = flag(None, "deprecated: --tensorboard false is --report-to none", nargs="?", const=True)
     save_model: bool = flag(True, "at the end, write each learner's policy as a Hugging Face model to --out/model/<learner> (with --lora: its PEFT adapter), tokenizer included")
 
     # --- Speed and memory: the same numbers, computed faster or in less memory
@@ -226,10 +229,59 @@ class TrainConfig:
         )  # fmt: skip
 
 
+def check_group_size(batch_size: int, group_size: int, learner: str) -> None:
+    """Each prompt fills ``group_size`` conversations of the batch: the batch must hold whole groups."""
+    if batch_size % group_size:
+        raise UsageError(
+            f"--batch-size {batch_size} must be a multiple of --group-size {group_size}: the {learner} learner "
+            f"compares {group_size} responses per prompt, so each prompt fills {group_size} conversations"
+        )
+
+
+def resolve(config: TrainConfig, data_parallel: DataParallel | None = None) -> TrainConfig:
+    """The settings a run is built from: every rewrite of ``config`` and every check across its fields, in one place.
+
+    In order: the preset's values (:func:`apply_preset`), the task's defaults (:func:`with_task_defaults`),
+    the minibatch size and the chain's length where they were left to follow, the batch's shape
+    (:meth:`TrainConfig.check_batch`), the trackers (an unknown or uninstalled one fails now; the
+    config keeps what it resolved to), then the checks against the launcher (``data_parallel``: FSDP
+    and DeepSpeed ZeRO train full weights; accelerate's bf16 turns ``bf16`` on). Bad settings fail
+    here, before a model is loaded. Resolving a resolved config changes nothing.
+    """
+    dp = data_parallel or DataParallel()
+    config = with_task_defaults(apply_preset(config), get_task(config.task))
+    derived: dict[str, Any] = {}
+    if config.mini_batch_size is None:  # it follows the batch size unless given
+        derived["mini_batch_size"] = default_mini_batch_size(config.batch_size)
+    if config.num_agents is None and config.algo == "cory":  # 2, or the length of --models
+        derived["num_agents"] = config.chain_length()
+    config = dataclasses.replace(config, **derived)
+    config.check_batch()
+    config = dataclasses.replace(config, report_to=",".join(resolve_report_to(config.report_to)) or "none")
+    if dp.fsdp is not None and config.lora:
+        raise UsageError(
+            "FSDP shards full fine-tuning only: --lora keeps one frozen base shared by two adapters. Drop --lora, "
+            "or launch --lora with examples/accelerate/multi_gpu.yaml (data parallel)"
+        )
+    if dp.zero is not None and config.lora:
+        raise UsageError(
+            "DeepSpeed ZeRO is supported for full fine-tuning only: drop --lora, or launch --lora with "
+            "examples/accelerate/multi_gpu.yaml (data parallel)"
+        )
+    if config.gradient_checkpointing_observer and (config.algo != "cory" or dp.sharded or dp.zero is not None):
+        raise UsageError(
+            "--gradient-checkpointing-observer applies to CORY's observer in a single process or data-parallel run; "
+            "with --algo ppo, FSDP or DeepSpeed use --gradient-checkpointing (every update)"
+        )
+    if dp.bf16 and not config.bf16:
+        config = dataclasses.replace(config, bf16=True)
+    return config
+
+
 #: The paper's IMDB settings (tables 1-2); explicit flags still win.
 PRESETS: dict[str, dict[str, Any]] = {
     "paper-imdb": dict(
-        model="gpt2-large", reward="lvwerra/distilbert-imdb", review_source="imdb", iterations=100,
+        model="gpt2-large", reward="lvwerra/distilbert-imdb", prompt_source="imdb", iterations=100,
         batch_size=256, mini_batch_size=256, ppo_epochs=4, lr=1.41e-5, kl_coef=0.3, gamma=1.0, lam=0.95,
         cliprange=0.2, cliprange_value=0.2, vf_coef=0.1, role_exchange_period=5, min_new_tokens=4, max_new_tokens=15,
     ),  # fmt: skip
@@ -266,27 +318,38 @@ def with_task_defaults(config: TrainConfig, task: Task) -> TrainConfig:
     return dataclasses.replace(config, **changes)
 
 
-def prompt_source_name(config: TrainConfig) -> str:
-    """``--prompt-source``, or for the sentiment task the older ``--review-source``."""
-    if config.prompt_source == "auto" and config.task == "sentiment":
-        return config.review_source
-    return config.prompt_source
-
-
 #: Settings a resumed run may change: how far it runs, what it writes, and how it computes the
 #: same numbers (memory and speed switches). Any other change would not continue the same run.
 RESUMABLE_CHANGES = frozenset({
     "iterations", "out", "resume", "overwrite", "checkpoint_every", "keep_checkpoints", "trust_checkpoint",
-    "samples_per_iteration", "tensorboard", "report_to",
+    "samples_per_iteration", "report_to",
     "save_model", "retain_freed_memory", "cpu_linear", "padding_free", "reuse_scoring_pass", "reward_timeout",
     "gradient_checkpointing", "gradient_checkpointing_observer",
 })  # fmt: skip
 
 
+def upgrade_settings(saved: dict[str, Any]) -> dict[str, Any]:
+    """A saved config (``config.json``, a checkpoint's) in this version's names: cory-env 0.1's
+    ``review_source`` becomes ``prompt_source`` (the sentiment task's, where that was ``auto``),
+    and its ``tensorboard`` switch goes (a resolved config holds the trackers in ``report_to``).
+
+    >>> upgrade_settings({"task": "sentiment", "prompt_source": "auto", "review_source": "imdb", "tensorboard": None})
+    {'task': 'sentiment', 'prompt_source': 'imdb'}
+    """
+    saved = dict(saved)
+    review = saved.pop("review_source", "auto")
+    if review != "auto" and saved.get("prompt_source", "auto") == "auto" and saved.get("task", "sentiment") == "sentiment":
+        saved["prompt_source"] = review
+    saved.pop("tensorboard", None)
+    return saved
+
+
 def changed_settings(saved: dict[str, Any], current: dict[str, Any], may_change: Iterable[str] = ()) -> str:
     """The settings (:class:`TrainConfig` fields) in which ``current`` differs from ``saved``, other
     than ``may_change``, written as flags: ``"--lr 0.01 -> 0.001, ..."``; empty if there are none.
-    Settings one side does not know (written by another version) are not compared."""
+    ``saved`` may be an older version's (:func:`upgrade_settings`); settings one side does not know
+    (written by another version) are not compared."""
+    saved = upgrade_settings(saved)
     changed = sorted(k for k in (saved.keys() & current.keys()) - set(may_change) if saved[k] != current[k])
     return ", ".join(f"--{k.replace('_', '-')} {saved[k]!r} -> {current[k]!r}" for k in changed)
 

@@ -56,8 +56,6 @@ class MetricsLogger:
 
     Args:
         out_dir: run folder; created if missing.
-        tensorboard: the older switch (``None``: not given): ``False`` reports to no tracker
-            when ``report_to`` is the default (:func:`agents.training.trackers.resolve_report_to`).
         resume: keep an existing ``metrics.csv`` / ``samples.jsonl`` and append to them;
             otherwise they are deleted and the run starts afresh.
         report_to: the experiment trackers, as ``--report-to``: ``"tensorboard"`` (event
@@ -67,9 +65,9 @@ class MetricsLogger:
         config: the run's settings, stored by the trackers as hyperparameters.
     """
 
-    def __init__(self, out_dir: str | Path, tensorboard: bool | None = None, resume: bool = False, *,
-                 report_to: str | Sequence[str] = DEFAULT, config: Mapping[str, Any] | None = None):  # fmt: skip
-        trackers = resolve_report_to(report_to, tensorboard)  # a bad name fails before any file is touched
+    def __init__(self, out_dir: str | Path, resume: bool = False, *, report_to: str | Sequence[str] = DEFAULT,
+                 config: Mapping[str, Any] | None = None):  # fmt: skip
+        trackers = resolve_report_to(report_to)  # a bad name fails before any file is touched
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.csv_path = self.out_dir / METRICS_FILE

@@ -67,14 +67,12 @@ def installed_trackers() -> list[str]:
     return [str(tracker) for tracker in get_available_trackers()]
 
 
-def resolve_report_to(report_to: str | Sequence[str] = DEFAULT, tensorboard: bool | None = None) -> list[str]:
+def resolve_report_to(report_to: str | Sequence[str] = DEFAULT) -> list[str]:
     """The trackers ``--report-to`` names, checked: each one known and its package installed.
 
     ``report_to`` is ``"all"``, ``"none"``, a name, a comma-separated list or a list of names
-    (as TRL's). ``tensorboard`` is the deprecated ``--tensorboard`` flag (``None``: not given):
-    ``False`` turns the default ``--report-to tensorboard`` into none, ``True`` asks for
-    TensorBoard, which ``report_to`` must then name. Raises :class:`~cory_env.errors.UsageError` (a
-    ValueError) for an unknown name or flags that contradict each other, :class:`TrackerNotInstalledError`
+    (as TRL's). Raises :class:`~cory_env.errors.UsageError` (a ValueError) for an unknown name,
+    :class:`TrackerNotInstalledError`
     (an ImportError) for a tracker whose package is missing (naming what to install).
     """
     spec = report_to if isinstance(report_to, str) else ",".join(report_to)
@@ -92,20 +90,6 @@ def resolve_report_to(report_to: str | Sequence[str] = DEFAULT, tensorboard: boo
                 f"comma-separated, or register a GeneralTracker subclass with "
                 f"accelerate.tracking.register_tracker_class"
             )
-    if tensorboard is False and "tensorboard" in names:
-        if requested != [DEFAULT]:  # the default (or said again): --tensorboard false switches it off
-            others = ",".join(n for n in names if n != "tensorboard") or "none"
-            raise UsageError(
-                f"--tensorboard false contradicts {flag}, which reports to TensorBoard: drop --tensorboard "
-                f"(deprecated) and name the trackers in --report-to alone (e.g. --report-to {others})"
-            )
-        names = []
-    if tensorboard is True and "tensorboard" not in names:
-        wanted = ",".join([*names, "tensorboard"])
-        raise UsageError(
-            f"--tensorboard true contradicts {flag}, which does not report to TensorBoard: drop --tensorboard "
-            f"(deprecated) and name the trackers in --report-to alone (e.g. --report-to {wanted})"
-        )
     installed = set(installed_trackers())
     for name in names:
         if name in LoggerType.list() and name not in installed:

@@ -7,9 +7,12 @@ statistics (the authors' code rebuilt its trainers from disk every exchange, los
 the weights). With ``--models`` each learner is its own model, with its own tokenizer and
 frozen reference. PPO plays the same environment with the pioneer alone and its own task reward.
 
-Each iteration: one batched episode (the rollout), then an update per learner. A learner
-is built by the factory ``LEARNERS[config.learner]`` (``--learner ppo|grpo|rloo``); any
-object with the :class:`~agents.learners.base.Learner` interface can be registered there.
+The trainer is the loop. What it plays comes from two steps that run before it:
+:func:`~agents.training.config.resolve` (every setting filled in and checked) and
+:func:`~agents.training.build.assemble` (task, models, learners, game). Each iteration: one
+batched episode (the rollout), then an update per learner. A learner is built by the factory
+``LEARNERS[config.learner]`` (``--learner ppo|grpo|rloo``, :mod:`agents.training.registry`);
+any object with the :class:`~agents.learners.base.Learner` interface can be registered there.
 Under ``accelerate launch`` every process plays its own episode and the updates are
 synchronised (:mod:`agents.distributed.data_parallel`); only the main process writes files.
 """
@@ -32,54 +35,21 @@ from tqdm.auto import tqdm
 
 from agents.distributed.data_parallel import DataParallel, fingerprint
 from agents.distributed.fsdp import full_state, shard_state
-from agents.learners.base import Episode, Learner
-from agents.speed.host_memory import retain_freed_memory
-from agents.training.build import (
-    LEARNERS,
-    build_models,
-    check_group_size,
-    check_sharded,
-    emulated_bfloat16,
-    named_trainable,
-    recompute_activations,
-    resolve_device,
-    seed_everything,
-    select_devices,
-    trainable_parameters,
-)
+from agents.learners.base import Episode
+from agents.training.build import assemble, named_trainable, recompute_activations, trainable_parameters
 from agents.training.checkpoint import (
     checkpoint_dir, checkpoint_iteration, latest_checkpoint, load_latest, save_checkpoint,
 )
-from agents.training.config import (
-    ALGOS,
-    PRESETS,
-    RESUMABLE_CHANGES,
-    TrainConfig,
-    apply_preset,
-    build_task,
-    changed_settings,
-    check_resumable,
-    default_mini_batch_size,
-    prompt_source_name,
-    with_task_defaults,
-)
+from agents.training.config import TrainConfig, check_resumable, resolve
 from agents.training.export import MODEL_DIR, save_policies
 from agents.training.interrupt import StopRequests
 from agents.training.metrics import MetricsLogger
 from agents.training.plots import plot_run
 from agents.training.run_lock import RunExistsError, RunLock
-from agents.training.trackers import resolve_report_to
-from cory_env import CollectiveRewardWrapper, RoleExchangeWrapper, env
 from cory_env.errors import UsageError
-from cory_env.models import hugging_face_model, load_tokenizer
-from cory_env.prompts import PromptSource, repeat_each
-from cory_env.rewards import get_reward
+from cory_env.models import hugging_face_model
+from cory_env.prompts import PromptSource
 from cory_env.rewards.base import RewardCallCancelled, RewardFunction
-
-__all__ = [  # the config and the builders moved to agents.training.config and .build; still importable here
-    "ALGOS", "LEARNERS", "PRESETS", "RESUMABLE_CHANGES", "TrainConfig", "Trainer", "apply_preset", "build_task",
-    "changed_settings", "check_resumable", "prompt_source_name", "resolve_device", "with_task_defaults",
-]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -94,101 +64,15 @@ class Trainer:
         reward_fn: RewardFunction | None = None,
     ):
         """``prompts`` and ``reward_fn`` override the task's prompt source and ``config.reward``."""
-        config = apply_preset(config)
-        self.task = build_task(config)
-        self.config = config = with_task_defaults(config, self.task)
-        if config.mini_batch_size is None:  # it follows the batch size unless given
-            self.config = config = dataclasses.replace(config, mini_batch_size=default_mini_batch_size(config.batch_size))
-        if config.num_agents is None and config.algo == "cory":  # 2, or the length of --models
-            self.config = config = dataclasses.replace(config, num_agents=config.chain_length())
-        config.check_batch()  # bad values fail now, not after loading the models
-        # An unknown or uninstalled tracker fails now; the config keeps the trackers it resolved to.
-        trackers = resolve_report_to(config.report_to, config.tensorboard)
-        self.config = config = dataclasses.replace(config, report_to=",".join(trackers) or "none", tensorboard=None)
-        self.data_parallel = dp = DataParallel.from_environment()
-        if dp.fsdp is not None and config.lora:
-            raise UsageError(
-                "FSDP shards full fine-tuning only: --lora keeps one frozen base shared by two adapters. Drop --lora, "
-                "or launch --lora with examples/accelerate/multi_gpu.yaml (data parallel)"
-            )
-        if dp.zero is not None and config.lora:
-            raise UsageError(
-                "DeepSpeed ZeRO is supported for full fine-tuning only: drop --lora, or launch --lora with "
-                "examples/accelerate/multi_gpu.yaml (data parallel)"
-            )
-        if config.gradient_checkpointing_observer and (config.algo != "cory" or dp.sharded or dp.zero is not None):
-            raise UsageError(
-                "--gradient-checkpointing-observer applies to CORY's observer in a single process or data-parallel run; "
-                "with --algo ppo, FSDP or DeepSpeed use --gradient-checkpointing (every update)"
-            )
-        if dp.bf16 and not config.bf16:
-            self.config = config = dataclasses.replace(config, bf16=True)
-        names = config.learner_names()
-        self.device, learner_devices = select_devices(config, names, dp)
-        if config.retain_freed_memory and any(d.type == "cpu" for d in learner_devices.values()):
-            retain_freed_memory()
-        if config.bf16 and dp.is_main_process and (slow := emulated_bfloat16(learner_devices.values())):
-            logger.warning("--bf16 on %s, which has no bfloat16 arithmetic: autocast emulates it, many times slower "
-                           "than float32 (docs/benchmarks.md). Drop --bf16 on this machine", slow)  # fmt: skip
-        seed_everything(config.seed)  # the same on every process: the initial weights must be equal
-        self.out = Path(config.out)
-        models = config.agent_models()  # each learner's model; a team of different models has a tokenizer each
-        loaded = {m: load_tokenizer(m) for m in dict.fromkeys(models.values())}
-        self.tokenizers = {n: loaded[models[n]] for n in names}
-        self.tokenizer = self.tokenizers[names[0]]  # the first learner's: it selects the prompts
-        # The task's data and reward before the models: a bad --task-file or --reward fails fast.
-        if prompts is None:
-            source = prompt_source_name(config)
-            prompts = self.task.prompts(self.tokenizer, split="train", seed=config.seed, source=source)
-        reward = get_reward(reward_fn if reward_fn is not None else config.reward, self.device,
-                            timeout=config.reward_timeout)  # fmt: skip
-        self.reward = reward  # a stop request abandons a reward call that hangs (reward.cancel)
-        references, policies = build_models(config, names, self.device, learner_devices, dp)
-        self.policies = policies  # what the learners act with (gathered whole for a rollout), by learner
-        sampling = dict(do_sample=True, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)
-        self.learners: dict[str, Learner] = {}
-        for i, name in enumerate(names):
-            extra = {"data_parallel": dp} if dp.is_distributed or dp.sharded else {}
-            learner = LEARNERS[config.learner](
-                config, policy=policies[name], reference=references[name], seed=dp.seed(config.seed) * 1000 + i,
-                sampling=sampling, device=learner_devices[name], **extra,
-            )  # fmt: skip
-            if not isinstance(learner, Learner):
-                raise TypeError(f"learner {config.learner!r} built a {type(learner).__name__}, which lacks act, learn, "
-                                f"state_dict or load_state_dict (see agents.learners.base.Learner)")  # fmt: skip
-            self.learners[name] = learner
-        if dp.sharded:
-            check_sharded(self.learners)
-        # Every process starts from process 0's weights (value heads included), then draws its own data.
-        dp.broadcast_parameters(p for learner in self.learners.values() for p in trainable_parameters(learner))
-        if dp.is_distributed:
-            seed_everything(dp.seed(config.seed))
-        group_size = int(getattr(self.learners[names[0]], "group_size", 1))
-        check_group_size(config.batch_size, group_size, config.learner)
-        if group_size > 1:  # each prompt group_size times in a row: groups of responses to compare
-            prompts = repeat_each(prompts, group_size)
-
-        base = env(
-            tokenizer=[self.tokenizers[n] for n in names],  # agents of one model share one speaker
-            prompts=prompts,
-            reward_fn=reward,
-            pioneer_template=config.pioneer_template or self.task.pioneer_template,
-            observer_template=config.observer_template or self.task.observer_template,
-            templates=config.template_list(),
-            num_agents=len(names),
-            num_conversations=config.batch_size,
-            max_new_tokens=(config.min_new_tokens, config.max_new_tokens),
-            context_length=config.context_length,
-            knowledge_transfer=not config.no_knowledge_transfer,
-        )
-        base.check_prompts()  # a prompt too long for --context-length fails now, not at the episode that draws it
-        self.game = base
-        if config.algo == "cory":
-            period = None if config.no_role_exchange else config.role_exchange_period
-            self.game = RoleExchangeWrapper(CollectiveRewardWrapper(base), period=period)
+        self.data_parallel = DataParallel.from_environment()
+        self.config = resolve(config, self.data_parallel)  # bad settings fail here, before a model is loaded
+        run = assemble(self.config, self.data_parallel, prompts=prompts, reward_fn=reward_fn)
+        self.task, self.device, self.tokenizers, self.reward = run.task, run.device, run.tokenizers, run.reward
+        self.policies, self.learners, self.game = run.policies, run.learners, run.game
+        self.tokenizer = self.tokenizers[self.config.learner_names()[0]]  # the first learner's: it selects the prompts
+        self.out = Path(self.config.out)
         self.iteration = 0
         self.stopped_by = ""  # the signal that stopped train() before its last iteration, if one did
-
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:

@@ -1,0 +1,55 @@
+"""The ``--learner`` registry: :data:`LEARNERS`, the factories that build one learner each.
+
+A factory is called once per learner when a run is assembled (:func:`agents.training.build.assemble`)::
+
+    factory(config, *, policy, reference, seed, sampling, device)
+
+``config`` is the run's resolved :class:`~agents.training.config.TrainConfig`, ``policy`` this
+learner's trainable causal LM (full copy or LoRA adapter view, on ``device``), ``reference``
+its frozen reference (learners on one device share it), ``sampling`` LMActor's keyword
+arguments. Under ``accelerate launch`` the factory also gets ``data_parallel``
+(:class:`~agents.distributed.data_parallel.DataParallel`): the learner must then average its
+gradients over the processes (``data_parallel.average_gradients``) so that their weights stay
+equal, and under FSDP shard any module it adds to ``policy`` (``data_parallel.shard``) before
+building its optimizer (``policy`` and ``reference`` come sharded).
+
+Register another algorithm with ``LEARNERS["name"] = factory`` before the config is made (or
+the command-line parser built): see docs/plug-in-your-algorithm.md. This module reads the
+config only through the factories' argument, so the config can name the registry's choices
+without importing the rest of the build.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from agents.learners.base import Learner
+from agents.learners.grpo import GRPOLearner
+from agents.learners.ppo import PPOLearner
+from agents.learners.value_model import CausalLMWithValueHead
+from agents.speed.scoring_reuse import reuse_scoring_pass
+
+LearnerFactory = Callable[..., Learner]
+
+
+def ppo_learner(config, *, policy, reference, seed, sampling, device, data_parallel=None) -> PPOLearner:
+    """PPO-LLM: the policy gets a value head (critic)."""
+    model = CausalLMWithValueHead(policy).to(device)
+    if data_parallel is not None:
+        data_parallel.shard(model.v_head)  # FSDP: the value head is a unit of its own (the LM is one already)
+    learner = PPOLearner(model, reference, config.ppo_config(), seed, sampling, data_parallel=data_parallel)
+    return reuse_scoring_pass(learner) if config.reuse_scoring_pass else learner
+
+
+def grpo_learner(config, *, policy, reference, seed, sampling, device, data_parallel=None) -> GRPOLearner:
+    """GRPO: group-normalised advantages, k3 KL term in the loss; no value head."""
+    return GRPOLearner(policy, reference, config.grpo_config("grpo"), seed, sampling, data_parallel=data_parallel)
+
+
+def rloo_learner(config, *, policy, reference, seed, sampling, device, data_parallel=None) -> GRPOLearner:
+    """RLOO: leave-one-out baseline, KL penalty in the reward; no value head."""
+    return GRPOLearner(policy, reference, config.grpo_config("rloo"), seed, sampling, data_parallel=data_parallel)
+
+
+#: ``--learner`` choices, by name.
+LEARNERS: dict[str, LearnerFactory] = {"ppo": ppo_learner, "grpo": grpo_learner, "rloo": rloo_learner}
