@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from agents.cli.train import build_parser, learning_summary, main  # noqa: F401 (build_parser: docs/cli.md)
+from agents.cli.train import build_parser, learning_summary, main, parse_config  # noqa: F401 (build_parser: docs/cli.md)
 
 if __name__ == "__main__":
     main()  # reads sys.argv; a known error ends it in one line (agents.cli.errors)

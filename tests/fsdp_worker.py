@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from agents.distributed.fsdp import is_sharded
-from agents.learners.ppo import PPOLearner
+from agents.learners.ppo import PPOConfig, PPOLearner
 from agents.training.build import trainable_parameters as _trainable_parameters
 from agents.training.config import TrainConfig
 from agents.training.registry import LEARNERS
@@ -19,7 +19,7 @@ from .two_processes import join_two_processes, one_iteration
 
 def unsharded_head_learner(config, *, policy, reference, seed, sampling, device, data_parallel=None):
     """A plug-in learner that forgets to shard the module it adds (the value head)."""
-    return PPOLearner(CausalLMWithValueHead(policy), reference, config.ppo_config(), seed, sampling,
+    return PPOLearner(CausalLMWithValueHead(policy), reference, config.learner_config(PPOConfig), seed, sampling,
                       data_parallel=data_parallel)  # fmt: skip
 
 

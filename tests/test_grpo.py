@@ -4,9 +4,11 @@ exact resume, and the REINFORCE example of docs/plug-in-your-algorithm.md."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import subprocess
+import typing
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +20,7 @@ from trl.trainer.utils import nanstd
 
 from agents.algorithms.advantages import group_advantages
 from agents.training.checkpoint import load_checkpoint
-from agents.learners.grpo import GRPOConfig, GRPOLearner
+from agents.learners.grpo import GRPOConfig, GRPOLearner, RLOOConfig
 from agents.algorithms.kl import kl_per_token
 from agents.learners.base import Learner
 from agents.learners.ppo import PPOLearner
@@ -104,10 +106,37 @@ def test_k3_by_hand_and_unbiased_for_the_exact_kl():
 def test_config_rejects_bad_values():
     with pytest.raises(ValueError, match="--group-size 2 or more"):
         GRPOConfig(group_size=1)
+    assert (GRPOConfig.advantage, GRPOConfig.kl_penalty, RLOOConfig.advantage, RLOOConfig.kl_penalty) == (
+        "grpo", "loss", "rloo", "reward")  # what makes each learner what it is: not a setting
+    with pytest.raises(TypeError):
+        GRPOConfig(advantage="rloo")
+
+    @dataclasses.dataclass(kw_only=True)
+    class Mixed(GRPOConfig):
+        advantage: typing.ClassVar[str] = "gae"
+
     with pytest.raises(ValueError, match="advantage must be one of"):
-        GRPOConfig(advantage="gae")
-    with pytest.raises(ValueError, match="kl_penalty must be one of"):
-        GRPOConfig(kl_penalty="both")
+        Mixed()
+
+
+def test_the_learner_configs_are_the_command_lines_sections_one_name_one_default():
+    """What the CLI parses for --learner is the learner's config itself: no renames, no second defaults."""
+    from agents.cli.train import parse_config
+    from agents.learners.ppo import PPOConfig
+
+    for learner, section in (("ppo", PPOConfig), ("grpo", GRPOConfig), ("rloo", RLOOConfig)):
+        config = parse_config(["--learner", learner, "--algo", "ppo", "--lr", "1e-4", "--kl-coef", "0.2"])
+        chosen = config.learner_config()
+        assert type(chosen) is section and (chosen.lr, chosen.kl_coef) == (1e-4, 0.2)
+        defaults = section()
+        for f in dataclasses.fields(section):
+            assert getattr(defaults, f.name) == getattr(TrainConfig(), f.name), f.name  # one default per setting
+            assert f.metadata.get("help"), f.name  # every learner setting is a documented flag
+    assert parse_config(["--learner", "grpo", "--group-size", "8"]).learner_config().group_size == 8
+    with pytest.raises(ValueError, match="--group-size is a setting of --learner grpo, rloo, not of --learner ppo"):
+        parse_config(["--group-size", "8"])
+    with pytest.raises(ValueError, match="--value-lr is a setting of --learner ppo, not of --learner rloo"):
+        parse_config(["--learner", "rloo", "--value-lr", "1e-3"])
 
 
 # ---------------------------------------------------------------- prompt groups
@@ -235,8 +264,14 @@ def test_cli_end_to_end_with_grpo(toy_model, tmp_path):
 
 
 def test_cli_help_lists_the_learners():
-    help_text = HfArgumentParser(TrainConfig).format_help()
-    assert "--learner {ppo,grpo,rloo}" in help_text and "--group-size" in help_text
+    from agents.cli.train import build_parser
+
+    help_text = build_parser().format_help()
+    assert "--learner {ppo,grpo,rloo}" in help_text and "--value-lr VALUE_LR" in help_text
+    assert "--group-size GROUP_SIZE" not in help_text
+    grpo_help = build_parser("grpo").format_help()
+    assert "Learner grpo/rloo" in grpo_help and "--group-size GROUP_SIZE" in grpo_help
+    assert "--value-lr VALUE_LR" not in grpo_help
 
 
 @pytest.mark.parametrize("learner", ["grpo", "rloo"])

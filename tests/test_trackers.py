@@ -146,11 +146,9 @@ def test_command_line_reports_through_report_to_alone():
     spec = importlib.util.spec_from_file_location("_train_cory", ROOT / "examples" / "train_cory.py")
     train_cory = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(train_cory)
-    parser = train_cory.build_parser()
 
     def trackers(*args: str) -> list[str]:
-        (config,) = parser.parse_args_into_dataclasses(args=list(args))
-        return resolve_report_to(config.report_to)
+        return resolve_report_to(train_cory.parse_config(list(args)).report_to)
 
     assert trackers() == ["tensorboard"]
     assert trackers("--report-to", "none") == []

@@ -346,7 +346,7 @@ def test_one_minibatch_reuses_the_first_forward_as_the_scoring_pass(toy_model, g
     mask[0, :3] = 0  # left padding
     mask[1, -1] = 0  # a response that ended early
     episode = Episode(ids, mask, T, scores=np.array([1.0, 0.0, 0.5, 0.2]), task_rewards=np.array([1.0, 0.0, 0.5, 0.2]))
-    config = PPOConfig(mini_batch_size=B, ppo_epochs=3, learning_rate=1e-3, kl_estimator="full",
+    config = PPOConfig(mini_batch_size=B, ppo_epochs=3, lr=1e-3, kl_estimator="full",
                        gradient_accumulation_steps=gradient_accumulation_steps)  # fmt: skip
     results = {}
     for reuse in (True, False):
@@ -429,14 +429,14 @@ def toy_ppo_learner(toy_model: Path, config, seed: int = 1):
     return reuse_scoring_pass(learner), episode
 
 
-@pytest.mark.parametrize("max_grad_norm", [1e-3, None, 1e9])
+@pytest.mark.parametrize("max_grad_norm", [1e-3, 0.0, 1e9])
 def test_clipping_inside_the_fused_optimizer_step_equals_clip_grad_norm(toy_model, max_grad_norm):
     """The fused AdamW divides each gradient by the clipping factor as it reads it: the same update
     as clip_grad_norm_ then step (to float32 rounding when clipping acts; exactly when it does not)."""
     from agents.learners.ppo import PPOConfig
     from cory_env.models import load_causal_lm
 
-    config = PPOConfig(mini_batch_size=2, ppo_epochs=2, learning_rate=1e-3, max_grad_norm=max_grad_norm)
+    config = PPOConfig(mini_batch_size=2, ppo_epochs=2, lr=1e-3, max_grad_norm=max_grad_norm)
     weights, grad_norms = {}, {}
     for in_step in (True, False):
         learner, episode = toy_ppo_learner(toy_model, config)
@@ -446,7 +446,7 @@ def test_clipping_inside_the_fused_optimizer_step_equals_clip_grad_norm(toy_mode
         weights[in_step] = learner.trainable_state_dict()
     initial = load_causal_lm(str(toy_model)).state_dict()
     assert not torch.equal(weights[True]["lm.model.norm.weight"], initial["model.norm.weight"])  # it trained
-    if max_grad_norm is not None:  # both paths log the norm before clipping
+    if max_grad_norm:  # both paths log the norm before clipping (0: no clipping)
         assert grad_norms[True] == pytest.approx(grad_norms[False], rel=1e-4)
     for name, weight in weights[True].items():
         if max_grad_norm == 1e-3:  # clipping acts at every step
@@ -458,7 +458,7 @@ def test_clipping_inside_the_fused_optimizer_step_equals_clip_grad_norm(toy_mode
 def test_grad_norm_is_the_mean_norm_before_clipping_and_explained_variance_is_logged(toy_model):
     from agents.learners.ppo import PPOConfig
 
-    config = PPOConfig(mini_batch_size=2, ppo_epochs=2, learning_rate=1e-3, max_grad_norm=1e-3)
+    config = PPOConfig(mini_batch_size=2, ppo_epochs=2, lr=1e-3, max_grad_norm=1e-3)
     learner, episode = toy_ppo_learner(toy_model, config)
     seen = []  # the gradients' norm as each step reads them (the fused kernel clips while reading)
     learner.optimizer.register_step_pre_hook(
@@ -468,7 +468,7 @@ def test_grad_norm_is_the_mean_norm_before_clipping_and_explained_variance_is_lo
     assert len(seen) == 4 and min(seen) > 1e-3  # 2 epochs x 2 minibatches, every one clipped
     assert stats["grad_norm"] == pytest.approx(np.mean(seen), rel=1e-5)
     assert np.isfinite(stats["explained_variance"]) and stats["explained_variance"] <= 1  # by hand: test_ppo_math
-    unclipped, episode = toy_ppo_learner(toy_model, PPOConfig(mini_batch_size=2, max_grad_norm=None))
+    unclipped, episode = toy_ppo_learner(toy_model, PPOConfig(mini_batch_size=2, max_grad_norm=0))
     assert "grad_norm" not in unclipped.learn(episode)  # not computed when nothing is clipped
 
 
@@ -501,7 +501,7 @@ def test_the_critic_starts_at_zero_so_the_first_advantages_are_the_reward_to_go(
     from agents.algorithms.kl import token_rewards
     from agents.learners.ppo import PPOConfig
 
-    learner, episode = toy_ppo_learner(toy_model, PPOConfig(mini_batch_size=4, ppo_epochs=1, learning_rate=1e-3))
+    learner, episode = toy_ppo_learner(toy_model, PPOConfig(mini_batch_size=4, ppo_epochs=1, lr=1e-3))
     T = episode.response_width
     _, values = learner._forward(episode.input_ids, episode.attention_mask, T)
     assert torch.equal(values, torch.zeros_like(values))
@@ -518,20 +518,21 @@ def test_the_critic_starts_at_zero_so_the_first_advantages_are_the_reward_to_go(
 def test_the_value_head_can_learn_at_its_own_rate(toy_model):
     from agents.learners.ppo import PPOConfig
 
-    learner, _ = toy_ppo_learner(toy_model, PPOConfig(learning_rate=1e-6, value_learning_rate=1e-3))
+    learner, _ = toy_ppo_learner(toy_model, PPOConfig(lr=1e-6, value_lr=1e-3))
     head = {id(p) for p in learner.model.v_head.parameters()}
     rates = {(id(p) in head, g["lr"]) for g in learner.optimizer.param_groups for p in g["params"]}
     assert rates == {(False, 1e-6), (True, 1e-3)}
     assert len(learner.steps.params) == len(list(learner.model.trainable_parameters()))  # every weight once
-    with pytest.raises(ValueError, match="value_learning_rate must be positive"):
-        PPOConfig(value_learning_rate=0.0)
+    assert PPOConfig(value_lr=0.0).value_lr == 0.0  # 0: the same rate as the policy
+    with pytest.raises(ValueError, match="--value-lr must be positive"):
+        PPOConfig(value_lr=-1e-3)
 
 
 def test_the_mini_batch_follows_the_batch_size_unless_given(toy_model, tmp_path):
-    from agents.cli.train import build_parser
-    from agents.training.config import default_mini_batch_size
+    from agents.cli.train import parse_config
+    from agents.learners.lm import default_mini_batch_size
 
-    (config,) = build_parser().parse_args_into_dataclasses(args=["--batch-size", "4"])  # refused before: 4 % 16
+    config = parse_config(["--batch-size", "4"])  # refused before: 4 % 16
     assert config.mini_batch_size is None
     trainer = Trainer(toy_config(toy_model, tmp_path, algo="ppo", batch_size=4, mini_batch_size=None),
                       prompts=PROMPTS, reward_fn=fraction_good)  # fmt: skip

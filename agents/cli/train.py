@@ -6,6 +6,7 @@ prefixes (Rotten Tomatoes offline, IMDB where available), VADER sentiment reward
     cory-train                                  # CORY, embedded default
     cory-train --algo ppo --out runs/ppo        # the single-agent baseline
     cory-train --learner grpo --group-size 4    # critic-free learners (grpo, rloo) instead of PPO
+    cory-train --learner grpo --help            # the flags of the grpo learner's section
     cory-train --preset paper-imdb --device cuda --out runs/paper
     cory-train --out runs/cory --resume         # continue after a crash
     python examples/plot_runs.py --run PPO=runs/ppo --run CORY=runs/cory --out cmp.png
@@ -38,18 +39,50 @@ from agents.training.metrics import read_metrics
 from agents.training.plots import learner_columns
 from agents.training.run_lock import RunLock
 from agents.evaluation.statistics import reward_rise
-from agents.training.config import TrainConfig
+from agents.training.config import TrainConfig, sections
+from agents.training.registry import LEARNER_CONFIGS
 from agents.training.trainer import Trainer
+from cory_env.errors import UsageError
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
     """Keeps the description's example lines as written and shows every flag's default."""
 
 
-def build_parser() -> HfArgumentParser:
-    """The command line: one flag per TrainConfig field, its help text from the field (also docs/cli.md)."""
-    parser = HfArgumentParser(TrainConfig, description=__doc__, formatter_class=_HelpFormatter)
+def build_parser(learner: str = TrainConfig.learner) -> HfArgumentParser:
+    """The command line: :class:`TrainConfig`'s sections parsed together, the learner's own config
+    for ``--learner learner``; each flag's help text is its field's (also docs/cli.md)."""
+    parser = HfArgumentParser(sections(learner), description=__doc__, formatter_class=_HelpFormatter)
     return add_debug_flag(refuse_retired_flags(parser))
+
+
+def grpo_parser() -> HfArgumentParser:
+    """``cory-train --learner grpo``'s command line (its learner section is GRPO's): docs/cli.md."""
+    return build_parser("grpo")
+
+
+def chosen_learner(argv: list[str]) -> str:
+    """``--learner``'s value on the command line, read before the rest: it chooses the learner's section."""
+    first = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    first.add_argument("--learner", default=TrainConfig.learner)
+    return first.parse_known_args(argv)[0].learner
+
+
+def parse_config(argv: list[str] | None = None) -> TrainConfig:
+    """The run's :class:`TrainConfig` from the command line (``sys.argv`` by default). A flag of another
+    learner's section fails with a :class:`~cory_env.errors.UsageError` that names the learners that take it."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    learner = chosen_learner(argv)
+    *parsed, unused = build_parser(learner).parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    for arg in unused:
+        name = arg.lstrip("-").split("=")[0].replace("-", "_")
+        owners = [n for n, c in LEARNER_CONFIGS.items() if arg.startswith("--") and name in c.__dataclass_fields__]
+        if owners:
+            raise UsageError(f"{arg.split('=')[0]} is a setting of --learner {', '.join(owners)}, not of --learner "
+                             f"{learner}: drop it, or choose that learner (cory-train --learner {owners[0]} --help)")  # fmt: skip
+    if unused:
+        build_parser(learner).error(f"unrecognized arguments: {' '.join(unused)}")
+    return TrainConfig.from_sections(*parsed)
 
 
 def learning_summary(out: Path, batch_size: int, k: int = 3) -> list[str]:
@@ -70,7 +103,7 @@ def learning_summary(out: Path, batch_size: int, k: int = 3) -> list[str]:
 
 @one_line_errors
 def main(argv: list[str] | None = None) -> None:
-    (config,) = build_parser().parse_args_into_dataclasses(args=argv)
+    config = parse_config(argv)
     # The package's own messages (data source used, resuming, ...) on stderr, above the progress bar.
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))

@@ -14,19 +14,19 @@ One iteration for a learner:
    frozen reference over prompt + response; the exact KL to the reference (logged, as PPO);
 3. advantages per group of ``group_size`` conversations: ``grpo`` normalises by the
    group's mean and std, ``rloo`` subtracts the mean of the other responses;
-4. ``epochs`` passes over shuffled minibatches of the clipped ratio loss (PPO's,
+4. ``ppo_epochs`` passes over shuffled minibatches of the clipped ratio loss (PPO's,
    :func:`agents.algorithms.losses.policy_loss`, token-level mean) plus the KL term below.
 
 The KL to the reference, ``kl_coef`` (beta), is applied where the two reference trainers do:
 
-- ``kl_penalty="loss"`` (GRPO's default, as the GRPO paper and TRL's ``GRPOTrainer``):
+- ``kl_penalty="loss"`` (:class:`GRPOConfig`, as the GRPO paper and TRL's ``GRPOTrainer``):
   ``+ beta * k3`` per token in the loss, ``k3 = q/p - 1 - log(q/p)`` of the current policy
   ``p`` to the reference ``q`` (non-negative, unbiased); the reward stays the task reward.
-- ``kl_penalty="reward"`` (RLOO's default, as TRL's ``RLOOTrainer``): the sequence reward
+- ``kl_penalty="reward"`` (:class:`RLOOConfig`, as TRL's ``RLOOTrainer``): the sequence reward
   becomes ``r - beta * sum_t KL_t`` (``kl_estimator``, k1 by default) before the baseline.
 
 Differences from TRL worth knowing: TRL's ``GRPOTrainer`` defaults to ``beta=0`` and
-``num_iterations=1``, here ``kl_coef`` and ``epochs`` come from the run's flags;
+``num_iterations=1``, here ``kl_coef`` and ``ppo_epochs`` come from the run's flags;
 TRL's ``RLOOTrainer`` clips a sequence-level ratio, here the ratio is per token for both.
 An adaptive KL coefficient (Ziegler et al.) works as for PPO. Score scaling is not offered:
 group normalisation already makes the advantages scale-free (``grpo``).
@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -47,7 +47,7 @@ from agents.algorithms.advantages import GROUP_BASELINES, group_advantages, mask
 from agents.distributed.data_parallel import DataParallel
 from agents.algorithms.kl import kl_per_token
 from agents.learners.base import Episode, reward_metrics
-from agents.learners.lm import LMLearner, LMLearnerConfig, response_logits
+from agents.learners.lm import LMLearner, LMLearnerConfig, flag, response_logits
 from agents.algorithms.losses import policy_loss
 from cory_env.errors import UsageError
 
@@ -56,29 +56,39 @@ KL_PENALTIES = ("loss", "reward")
 
 @dataclass(kw_only=True)
 class GRPOConfig(LMLearnerConfig):
-    """Group-relative learner hyperparameters (defaults: GRPO as in the paper and TRL, one epoch); the
-    shared ones (learning rate, minibatches, clipping, KL controller, ...) are :class:`LMLearnerConfig`'s."""
+    """GRPO's settings (``--learner grpo``): group-normalised advantages, the KL as a k3 term in the
+    loss. The shared ones (learning rate, minibatches, clipping, KL controller, ...) are
+    :class:`LMLearnerConfig`'s; each field is a flag of ``cory-train`` with the same name and default."""
 
-    group_size: int = 4  # responses per prompt, consecutive in the batch (at least 2)
-    advantage: str = "grpo"  # grpo: (r - group mean) / (group std + eps); rloo: r - mean of the others
-    kl_penalty: str = "loss"  # loss: + kl_coef * k3 per token in the loss; reward: r - kl_coef * summed KL
-    kl_coef: float = 0.04  # beta (initial, if adaptive); the GRPO paper's 0.04
-    epochs: int = 1  # passes over each batch (GRPO's num_iterations, mu)
-    std_eps: float = 1e-4  # added to the group std (grpo), as TRL
+    _argument_group_name: ClassVar[str] = "Learner grpo/rloo: group-relative, no value head"
+    #: How a response's advantage is read from its group (not a flag: it is what makes the learner GRPO).
+    advantage: ClassVar[str] = "grpo"  # (r - group mean) / (group std + std_eps)
+    #: Where the KL to the reference goes: ``loss`` (+ kl_coef * k3 per token) or ``reward``.
+    kl_penalty: ClassVar[str] = "loss"
 
-    _counts = ("epochs",)
+    group_size: int = flag(4, "grpo/rloo: responses per prompt, consecutive in the batch (--batch-size must be a multiple)")
+    std_eps: float = flag(1e-4, "grpo: added to the group's std before dividing, as TRL's")
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.advantage not in GROUP_BASELINES:
-            raise UsageError(f"advantage must be one of {GROUP_BASELINES}, got {self.advantage!r}")
-        if self.kl_penalty not in KL_PENALTIES:
-            raise UsageError(f"kl_penalty must be one of {KL_PENALTIES}, got {self.kl_penalty!r}")
+        if self.advantage not in GROUP_BASELINES or self.kl_penalty not in KL_PENALTIES:
+            raise UsageError(f"{type(self).__name__}: advantage must be one of {GROUP_BASELINES} and kl_penalty one of "
+                             f"{KL_PENALTIES}, got {self.advantage!r} and {self.kl_penalty!r}")  # fmt: skip
         if self.group_size < 2:
             raise UsageError(
                 f"group_size must be at least 2 (responses per prompt to compare), got {self.group_size}: "
                 f"pass --group-size 2 or more"
             )
+
+
+@dataclass(kw_only=True)
+class RLOOConfig(GRPOConfig):
+    """RLOO's settings (``--learner rloo``): GRPO's, with a leave-one-out baseline (``r`` minus the
+    mean of the group's other rewards) and the KL to the reference in the reward (``r - kl_coef *
+    sum_t KL_t``), as TRL's ``RLOOTrainer``."""
+
+    advantage: ClassVar[str] = "rloo"
+    kl_penalty: ClassVar[str] = "reward"
 
 
 class GRPOLearner(LMLearner):
@@ -122,9 +132,9 @@ class GRPOLearner(LMLearner):
         B, G = ep.input_ids.shape[0], self.group_size
         if B % G:
             raise ValueError(f"the batch of {B} conversations does not split into groups of group_size={G}")
-        if B % self.config.mini_batch_size:
+        if B % self.config.mini_batch(B):
             raise ValueError(
-                f"the batch of {B} conversations is not divisible by mini_batch_size={self.config.mini_batch_size}"
+                f"the batch of {B} conversations is not divisible by mini_batch_size={self.config.mini_batch(B)}"
             )
         for start in range(0, len(ep.queries), G):
             if len(set(ep.queries[start : start + G])) > 1:
@@ -164,7 +174,7 @@ class GRPOLearner(LMLearner):
         ids, attn = ep.input_ids.to(self.device), ep.attention_mask.to(self.device)
 
         def minibatches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-            for idx in self._minibatch_indices(B, c.epochs):
+            for idx in self._minibatch_indices(B, c.ppo_epochs):
                 with self._autocast():
                     logits = response_logits(self.model, ids[idx], attn[idx], T)
                 yield idx, logits.float()

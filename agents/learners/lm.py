@@ -23,7 +23,7 @@ A subclass passes its policy module and the causal LM inside it that acts, and i
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -63,32 +63,63 @@ def response_logits(lm: nn.Module, input_ids: torch.Tensor, attention_mask: torc
     return unpack(lm(**inputs, use_cache=False).logits)
 
 
-@dataclass
+def flag(default: Any, help: str, **kw: Any) -> Any:
+    """A config field that is a command-line flag: its default and its ``--help`` text
+    (``kw``: more of HfArgumentParser's keywords, such as ``choices``)."""
+    return field(default=default, metadata={"help": help, **kw})
+
+
+#: ``mini_batch_size``'s default, when it divides the batch.
+MINI_BATCH_SIZE = 16
+
+
+def default_mini_batch_size(batch_size: int) -> int:
+    """``mini_batch_size`` when it is not given: 16, or the largest divisor of the batch below it.
+
+    >>> default_mini_batch_size(32), default_mini_batch_size(4), default_mini_batch_size(24)
+    (16, 4, 12)
+    """
+    return next(m for m in range(min(MINI_BATCH_SIZE, batch_size), 0, -1) if batch_size % m == 0)
+
+
+@dataclass(kw_only=True)
 class LMLearnerConfig:
     """The settings every language-model learner shares (:class:`~agents.learners.ppo.PPOConfig` and
-    :class:`~agents.learners.grpo.GRPOConfig` add their own). Keyword arguments only."""
+    :class:`~agents.learners.grpo.GRPOConfig` add their own). Keyword arguments only.
 
-    learning_rate: float = 1.41e-5  # AdamW learning rate
-    mini_batch_size: int = 8  # conversations per gradient step (divides the batch)
-    gradient_accumulation_steps: int = 1  # minibatches per optimizer step
-    cliprange: float = 0.2  # policy ratio clip (epsilon)
-    kl_estimator: str = "k1"  # per-token KL in the reward: k1 (sampled token), abs, mse, k3, or full
-    adaptive_kl: bool = False  # adapt the KL coefficient towards target_kl (Ziegler et al. 2019)
-    target_kl: float = 6.0  # target summed KL per response, for the adaptive controller
-    kl_horizon: int = 10000  # horizon of the adaptive controller
-    max_grad_norm: float | None = 1.0  # gradient clipping (None: off)
-    weight_decay: float = 0.0  # AdamW weight decay
-    bf16: bool = False  # bfloat16 autocast for forward passes (weights and optimizer stay float32)
+    Each field is also a flag of ``cory-train`` under the same name, with the same default: the
+    command line's learner section is this config (:mod:`agents.training.config`).
+    """
+
+    _argument_group_name: ClassVar[str] = "Learner: the update of each agent"
+
+    lr: float = flag(3e-5, "Adam learning rate")
+    mini_batch_size: int | None = flag(None, "conversations per gradient step (default: 16, or the largest divisor of --batch-size below it)")
+    gradient_accumulation_steps: int = flag(1, "minibatches per optimizer step")
+    ppo_epochs: int = flag(1, "passes over each batch (PPO epochs; grpo/rloo: num_iterations, mu)")
+    cliprange: float = flag(0.2, "policy ratio clip range (epsilon)")
+    kl_coef: float = flag(0.05, "KL coefficient eta (initial value if adaptive); grpo: beta of the k3 loss term, rloo: of the summed KL in the reward")
+    adaptive_kl: bool = flag(False, "adapt the KL coefficient towards --target-kl (Ziegler et al. 2019)")
+    target_kl: float = flag(6.0, "target KL (summed over the response) of the adaptive controller")
+    kl_horizon: int = flag(10000, "horizon of the adaptive KL controller")
+    kl_estimator: str = flag("k1", "per-token KL in the reward: k1 (sampled token), abs, mse, k3, full (whole distribution); grpo's loss term is k3", choices=list(ESTIMATORS))
+    max_grad_norm: float = flag(1.0, "gradient clipping norm (0: off)")
+    weight_decay: float = flag(0.0, "AdamW weight decay")
+    bf16: bool = flag(False, "bfloat16 autocast for forward passes (float32 weights and optimizer)")
 
     def __post_init__(self) -> None:
         if self.kl_estimator not in ESTIMATORS:
             raise UsageError(f"kl_estimator must be one of {ESTIMATORS}, got {self.kl_estimator!r}")
-        for name in ("mini_batch_size", "gradient_accumulation_steps", *self._counts):
-            if getattr(self, name) < 1:
-                raise UsageError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("mini_batch_size", "gradient_accumulation_steps", "ppo_epochs"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        if self.max_grad_norm < 0:
+            raise UsageError(f"--max-grad-norm must be positive (or 0: no clipping), got {self.max_grad_norm}")
 
-    #: More fields that must be at least 1 (a subclass's epochs).
-    _counts: ClassVar[tuple[str, ...]] = ()
+    def mini_batch(self, batch_size: int) -> int:
+        """Conversations per gradient step for a batch of ``batch_size``: ``mini_batch_size``, or its default."""
+        return self.mini_batch_size or default_mini_batch_size(batch_size)
 
 
 class LMLearner:
@@ -98,7 +129,7 @@ class LMLearner:
         model: the trainable policy module (what ``learn`` runs forward; checkpoints name
             the weights after its parameters).
         reference: the frozen reference causal LM (may be shared between learners).
-        config: the algorithm's settings; read here: ``learning_rate``, ``weight_decay``,
+        config: the algorithm's settings; read here: ``lr``, ``weight_decay``,
             ``adaptive_kl``, ``target_kl``, ``kl_horizon``, ``max_grad_norm``, ``bf16``.
         acting_model: the causal LM that acts (``model`` itself, or the LM inside it).
         params: the weights the optimizer updates: a list, or optimizer parameter groups (dicts with
@@ -134,10 +165,10 @@ class LMLearner:
         groups = params if params and isinstance(params[0], dict) else [{"params": params}]
         fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for g in groups for p in g["params"])
         self.optimizer = torch.optim.AdamW(
-            groups, lr=config.learning_rate, weight_decay=config.weight_decay, fused=fused or None
+            groups, lr=config.lr, weight_decay=config.weight_decay, fused=fused or None
         )
         #: How the optimizer steps in this run (one process, data parallel, FSDP or ZeRO).
-        self.steps = optimizer_steps(model, self.optimizer, self.data_parallel, config.max_grad_norm)
+        self.steps = optimizer_steps(model, self.optimizer, self.data_parallel, config.max_grad_norm or None)
         self.kl_ctl = (
             AdaptiveKLController(kl_coef, config.target_kl, config.kl_horizon)
             if config.adaptive_kl
@@ -199,7 +230,7 @@ class LMLearner:
     def _minibatch_indices(self, batch_size: int, epochs: int) -> Iterator[torch.Tensor]:
         """``epochs`` passes over a batch, each in a new order drawn from this learner's generator:
         the indices of each minibatch of ``mini_batch_size`` conversations."""
-        size = self.config.mini_batch_size
+        size = self.config.mini_batch(batch_size)
         for _ in range(epochs):
             order = torch.randperm(batch_size, generator=self.generator)
             for start in range(0, batch_size, size):
@@ -248,7 +279,7 @@ class LMLearner:
 
     def _grad_norm_stats(self) -> dict[str, float]:
         """``grad_norm``: the mean over this update's optimizer steps of the gradient norm before
-        clipping (computed for the clipping anyway: absent with ``max_grad_norm=None``)."""
+        clipping (computed for the clipping anyway: absent with ``max_grad_norm=0``)."""
         norms = self.steps.grad_norms()
         return {"grad_norm": float(torch.stack(norms).float().mean())} if norms else {}  # one device sync
 

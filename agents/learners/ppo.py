@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -26,7 +26,7 @@ from agents.algorithms.advantages import explained_variance, gae, masked_mean
 from agents.distributed.data_parallel import DataParallel
 from agents.algorithms.kl import token_rewards
 from agents.learners.base import Episode
-from agents.learners.lm import LMLearner, LMLearnerConfig, response_inputs
+from agents.learners.lm import LMLearner, LMLearnerConfig, flag, response_inputs
 from agents.algorithms.losses import policy_loss, value_loss
 from cory_env.errors import UsageError
 from agents.learners.value_model import CausalLMWithValueHead
@@ -34,27 +34,26 @@ from agents.learners.value_model import CausalLMWithValueHead
 
 @dataclass(kw_only=True)
 class PPOConfig(LMLearnerConfig):
-    """PPO hyperparameters (defaults: the CORY paper's IMDB column, scaled for a CPU); the shared
-    ones (learning rate, minibatches, clipping, KL controller, ...) are :class:`LMLearnerConfig`'s."""
+    """PPO's settings (``--learner ppo``): the shared ones (learning rate, minibatches, clipping, KL
+    controller, ...) are :class:`LMLearnerConfig`'s. Each field is a flag of ``cory-train`` with
+    the same name and default (the CORY paper's IMDB column, scaled for a CPU)."""
 
-    value_learning_rate: float | None = None  # the value head's own Adam learning rate (None: learning_rate)
-    ppo_epochs: int = 4  # passes over each batch
-    gamma: float = 1.0  # discount
-    lam: float = 0.95  # GAE lambda
-    cliprange_value: float = 0.2  # value clip
-    vf_coef: float = 0.1  # value loss coefficient
-    init_kl_coef: float = 0.3  # eta, the KL penalty coefficient (initial, if adaptive)
-    whiten_advantages: bool = True  # normalise advantages over the batch
-    score_scaling: bool = False  # divide task scores by their running std
-    score_norm: bool = False  # and subtract the running mean (needs score_scaling)
-    score_clip: float | None = None  # clip scores to [-c, c] after scaling
+    _argument_group_name: ClassVar[str] = "Learner ppo: PPO with a value head and GAE"
 
-    _counts = ("ppo_epochs",)
+    value_lr: float = flag(0.0, "ppo: Adam learning rate of the value head (0: --lr)")
+    gamma: float = flag(1.0, "ppo: discount")
+    lam: float = flag(0.95, "ppo: GAE lambda")
+    cliprange_value: float = flag(0.2, "ppo: value clip range")
+    vf_coef: float = flag(0.1, "ppo: value loss coefficient")
+    whiten_advantages: bool = flag(True, "ppo: normalise the advantages over the batch")
+    score_scaling: bool = flag(False, "ppo: scale task scores by their running std")
+    score_norm: bool = flag(False, "ppo: also subtract the running mean of scores (with --score-scaling)")
+    score_clip: float | None = flag(None, "ppo: clip task scores to [-c, c] after scaling (default: no clip)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.value_learning_rate is not None and self.value_learning_rate <= 0:
-            raise UsageError(f"value_learning_rate must be positive (or None: learning_rate), got {self.value_learning_rate}")
+        if self.value_lr < 0:
+            raise UsageError(f"--value-lr must be positive (or 0: the same as --lr), got {self.value_lr}")
 
 
 class RunningMoments:
@@ -127,13 +126,13 @@ class PPOLearner(LMLearner):
         data_parallel: DataParallel | None = None,
     ):
         params: list[Any] = model.trainable_parameters()
-        if config.value_learning_rate is not None:  # the critic's linear head learns at its own rate
+        if config.value_lr:  # the critic's linear head learns at its own rate
             head = {id(p) for p in model.v_head.parameters()}
             params = [{"params": [p for p in params if id(p) not in head]},
-                      {"params": list(model.v_head.parameters()), "lr": config.value_learning_rate}]  # fmt: skip
+                      {"params": list(model.v_head.parameters()), "lr": config.value_lr}]  # fmt: skip
         super().__init__(
             model, reference, config, acting_model=model.lm, params=params,
-            kl_coef=config.init_kl_coef, seed=seed, sampling=sampling, data_parallel=data_parallel,
+            kl_coef=config.kl_coef, seed=seed, sampling=sampling, data_parallel=data_parallel,
         )  # fmt: skip
         self.score_moments = RunningMoments()
         #: The forward passes of an update; a run may swap in a faster schedule of the same
@@ -171,8 +170,8 @@ class PPOLearner(LMLearner):
         """One PPO update on one batched episode; returns the iteration's statistics."""
         c = self.config
         B, T = ep.input_ids.shape[0], ep.response_width
-        if B % c.mini_batch_size:
-            raise ValueError(f"the batch of {B} conversations is not divisible by mini_batch_size={c.mini_batch_size}")
+        if B % c.mini_batch(B):
+            raise ValueError(f"the batch of {B} conversations is not divisible by mini_batch_size={c.mini_batch(B)}")
         ids, attn = ep.input_ids.to(self.device), ep.attention_mask.to(self.device)
         response, mask = ids[:, -T:], attn[:, -T:].float()
 

@@ -40,7 +40,7 @@ class ScoringReusePasses(UpdatePasses):
         self, learner: PPOLearner, ids: torch.Tensor, attn: torch.Tensor, T: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         self._first = None
-        if learner.config.mini_batch_size != ids.shape[0] or has_dropout(learner.model):
+        if learner.config.mini_batch(ids.shape[0]) != ids.shape[0] or has_dropout(learner.model):
             return super().score(learner, ids, attn, T)
         learner.model.train()
         order = torch.randperm(ids.shape[0], generator=learner.generator).to(learner.device)  # epoch 0's order

@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from agents.algorithms.kl import ESTIMATORS
 from agents.distributed.data_parallel import DataParallel
 from agents.learners.grpo import GRPOConfig
+from agents.learners.lm import LMLearnerConfig, default_mini_batch_size, flag
 from agents.learners.ppo import PPOConfig
-from agents.training.registry import LEARNERS
+from agents.training.registry import LEARNER_CONFIGS, LEARNERS
 from agents.training.trackers import resolve_report_to
 from cory_env.errors import UsageError
 from cory_env.models import EMBEDDED_MODEL
@@ -31,30 +32,14 @@ from cory_env.tasks import TASKS, Task, custom_task, get_task
 from cory_env.wrappers import learner_names
 
 ALGOS = ("cory", "ppo")
-#: ``--mini-batch-size``'s default, when it divides ``--batch-size``.
-MINI_BATCH_SIZE = 16
 
 
-def flag(default: Any, help: str, **kw: Any) -> Any:
-    """A config field that is a command-line flag: its default and its ``--help`` text
-    (``kw``: more of HfArgumentParser's keywords, such as ``choices``)."""
-    return field(default=default, metadata={"help": help, **kw})
+@dataclass(kw_only=True)
+class TaskConfig:
+    """The prompts, the templates and the reward."""
 
+    _argument_group_name: ClassVar[str] = "Task: the prompts, the templates and the reward"
 
-def default_mini_batch_size(batch_size: int) -> int:
-    """``--mini-batch-size`` when it is not given: 16, or the largest divisor of the batch below it.
-
-    >>> default_mini_batch_size(32), default_mini_batch_size(4), default_mini_batch_size(24)
-    (16, 4, 12)
-    """
-    return next(m for m in range(min(MINI_BATCH_SIZE, batch_size), 0, -1) if batch_size % m == 0)
-
-
-@dataclass
-class TrainConfig:
-    """Everything a run needs; each field is a command-line flag of ``cory-train``."""
-
-    # --- Task: the prompts, the templates and the reward
     task: str = flag("sentiment", "task: sentiment (movie-review continuation) or gsm8k (grade-school math)", choices=sorted(TASKS))
     task_file: str = flag("", "your own prompts: a .jsonl or .csv file, one row per prompt (--task still gives templates and reward)")
     query_field: str = flag("query", "--task-file column holding the query; the other columns go to the reward as metadata")
@@ -65,7 +50,13 @@ class TrainConfig:
     reward: str = flag("", "reward (empty: the task's: vader, gsm8k): a registered name, package.module:function, or a Hub text-classification model (raw logit of its positive label)")
     reward_timeout: float | None = flag(None, "seconds one reward call may take before the run stops with an error naming the reward (default: 300, or no limit for a reward function with the attribute slow = True); 0: no limit")
 
-    # --- Model: what is fine-tuned, and where
+
+@dataclass(kw_only=True)
+class ModelConfig:
+    """What is fine-tuned, and where."""
+
+    _argument_group_name: ClassVar[str] = "Model: what is fine-tuned, and where"
+
     model: str = flag(EMBEDDED_MODEL, "model name or path (Hub name, local folder, or the embedded smollm2-135m)")
     models: str = flag("", "a team of different models: one per agent, comma-separated, llm_0 first (e.g. smollm2-135m,gpt2-large); each has its own tokenizer and frozen reference (empty: --model for every agent)")
     lora: bool = flag(False, "train LoRA adapters on one shared frozen base (the reference is the base itself)")
@@ -73,42 +64,34 @@ class TrainConfig:
     lora_alpha: int = flag(32, "LoRA alpha")
     lora_target_modules: str = flag("all-linear", "modules that get adapters: all-linear, or comma-separated names (e.g. q_proj,v_proj,lm_head)")
     load_in_4bit: bool = flag(False, "CUDA only, with --lora: load the base in 4 bits (bitsandbytes NF4), as the paper's GSM8K runs")
-    bf16: bool = flag(False, "bfloat16 autocast for forward passes (float32 weights and optimizer)")
     device: str = flag("auto", "cpu, cuda, or auto (under accelerate launch: each process's own device)")
     learner_devices: str = flag("", "one device per learner, comma-separated (e.g. cuda:0,cuda:1: llm_0 and llm_1, each with its own reference copy); single process, full fine-tuning")
 
-    # --- Algorithm: CORY or PPO, the learners and their hyperparameters
+
+@dataclass(kw_only=True)
+class GameConfig:
+    """The game the learners play: CORY's chain or PPO's pioneer alone, its size and its schedule."""
+
+    _argument_group_name: ClassVar[str] = "Game: CORY or PPO, the agents and the schedule"
+
     algo: str = flag("cory", "cory: a chain of learners (two, or --num-agents), collective reward, role exchange; ppo: single-agent baseline", choices=list(ALGOS))
     num_agents: int | None = flag(None, "CORY: agents in the chain (default 2, the paper's pioneer and observer; or the length of --models); each is a learner, llm_0 ... llm_{N-1}, and they rotate through the positions every --role-exchange-period iterations")
     learner: str = flag("ppo", "learning algorithm of each agent: ppo (value head, GAE); grpo or rloo (critic-free, --group-size responses per prompt)", choices=LEARNERS.keys())
-    group_size: int = flag(4, "grpo/rloo: responses per prompt, consecutive in the batch (--batch-size must be a multiple); ppo ignores it")
     iterations: int = flag(45, "training iterations (one batched episode each; at least 1)")
     batch_size: int = flag(32, "conversations per iteration")
-    mini_batch_size: int | None = flag(None, "conversations per gradient step (default: 16, or the largest divisor of --batch-size below it)")
-    gradient_accumulation_steps: int = flag(1, "minibatches per optimizer step")
-    ppo_epochs: int = flag(1, "passes over each batch (PPO epochs; grpo/rloo: num_iterations)")
-    lr: float = flag(3e-5, "Adam learning rate")
-    value_lr: float = flag(0.0, "ppo: Adam learning rate of the value head (0: --lr)")
-    kl_coef: float = flag(0.05, "KL coefficient eta (initial value if adaptive); grpo: beta of the k3 loss term, rloo: of the summed KL in the reward")
-    adaptive_kl: bool = flag(False, "adapt the KL coefficient towards --target-kl")
-    target_kl: float = flag(6.0, "target KL (summed over the response) of the adaptive controller")
-    kl_horizon: int = flag(10000, "horizon of the adaptive KL controller")
-    kl_estimator: str = flag("k1", "per-token KL in the reward: k1 (sampled token), abs, mse, k3, full (whole distribution); grpo's loss term is k3", choices=list(ESTIMATORS))
-    vf_coef: float = flag(0.1, "value loss coefficient")
-    cliprange: float = flag(0.2, "policy ratio clip range")
-    cliprange_value: float = flag(0.2, "value clip range")
-    gamma: float = flag(1.0, "discount")
-    lam: float = flag(0.95, "GAE lambda")
-    max_grad_norm: float = flag(1.0, "gradient clipping norm (0: off)")
-    score_scaling: bool = flag(False, "scale task scores by their running std")
-    score_norm: bool = flag(False, "also subtract the running mean of scores")
     role_exchange_period: int = flag(5, "iterations between role exchanges (CORY's T_REx)")
     no_role_exchange: bool = flag(False, "ablation: never exchange roles")
     no_knowledge_transfer: bool = flag(False, "ablation: the observer sees only the query")
     seed: int = flag(0, "random seed (prompts, sampling, minibatches)")
     preset: str = flag("", "paper-imdb: the paper's IMDB settings (GPT2-Large, distilbert-imdb, batch 256, 100 iterations)", choices=["", "paper-imdb"])
 
-    # --- Generation: how the answers are sampled
+
+@dataclass(kw_only=True)
+class GenerationConfig:
+    """How the answers are sampled."""
+
+    _argument_group_name: ClassVar[str] = "Generation: how the answers are sampled"
+
     min_new_tokens: int = flag(0, "response length limit is sampled per batch from [min, max] (0: the task's: sentiment 12, gsm8k 128)")
     max_new_tokens: int = flag(0, "largest response length limit (0: the task's: sentiment 12, gsm8k 256)")
     temperature: float = flag(1.0, "sampling temperature")
@@ -116,7 +99,13 @@ class TrainConfig:
     top_p: float = flag(1.0, "nucleus sampling (1.0: off, the paper's setting)")
     context_length: int = flag(0, "observation width in tokens, prompt + response must fit (0: the task's: sentiment 128, gsm8k 1024)")
 
-    # --- Output: files, trackers, checkpoints
+
+@dataclass(kw_only=True)
+class OutputConfig:
+    """Files, trackers, checkpoints."""
+
+    _argument_group_name: ClassVar[str] = "Output: files, trackers, checkpoints"
+
     out: str = flag("runs/cory", "output folder: metrics.csv, samples.jsonl, plots, checkpoints")
     resume: bool = flag(False, "continue from the newest checkpoint in --out")
     overwrite: bool = flag(False, "start over in an --out that already holds a run (its checkpoints are deleted)")
@@ -128,7 +117,13 @@ class TrainConfig:
                         "wandb, mlflow, trackio, ..., comma-separated; all or none. metrics.csv is written anyway")
     save_model: bool = flag(True, "at the end, write each learner's policy as a Hugging Face model to --out/model/<learner> (with --lora: its PEFT adapter), tokenizer included")
 
-    # --- Speed and memory: the same numbers, computed faster or in less memory
+
+@dataclass(kw_only=True)
+class SpeedConfig:
+    """The same numbers, computed faster or in less memory."""
+
+    _argument_group_name: ClassVar[str] = "Speed and memory: the same numbers, computed faster or in less memory"
+
     gradient_checkpointing: bool = flag(False, "recompute activations in the backward pass: less memory, more time")
     gradient_checkpointing_observer: bool = flag(False, "CORY: recompute activations only in the observer's update, whose context (query twice + the pioneer's response) is the widest: most of --gradient-checkpointing's memory saving for less of its time")
     retain_freed_memory: bool = flag(True, "CPU runs on Linux: keep freed memory in the process for reuse instead of returning it to the OS (no page faults on every large tensor; same peak memory; agents.speed.host_memory, figures in docs/benchmarks.md)")
@@ -136,16 +131,33 @@ class TrainConfig:
     padding_free: bool = flag(True, "prompt prefills, scoring and training passes run each batch's real tokens as one row, without the padding of its shorter contexts, and the tokens a context starts with in common with an earlier one (a prompt template's head, a GRPO group's prompt) once (as TRL's padding_free; sdpa attention, per context; agents.speed.padding_free)")
     reuse_scoring_pass: bool = flag(True, "PPO with one minibatch per epoch (--mini-batch-size = --batch-size): epoch 0's training forward pass doubles as the scoring pass of the old log-probs and values, one forward pass fewer per update (agents.speed.scoring_reuse)")
 
+
+@dataclass(kw_only=True)
+class TrainConfig(SpeedConfig, OutputConfig, GenerationConfig, GRPOConfig, PPOConfig, GameConfig, ModelConfig, TaskConfig):
+    """Everything a run needs, composed of its sections; each field is a flag of ``cory-train``.
+
+    The sections: :class:`TaskConfig`, :class:`ModelConfig`, :class:`GameConfig`, the learners'
+    own configs (:class:`~agents.learners.lm.LMLearnerConfig`'s shared settings,
+    :class:`~agents.learners.ppo.PPOConfig`'s and :class:`~agents.learners.grpo.GRPOConfig`'s), then
+    :class:`GenerationConfig`, :class:`OutputConfig` and :class:`SpeedConfig`. A setting is defined
+    once, in its section, with one name and one default: the learner's config is this config's
+    fields of the same names (:meth:`learner_config`), not a translation. The command line parses
+    the sections together, the learner's own chosen by ``--learner`` (``agents.cli.train``).
+    """
+
+    _argument_group_name: ClassVar[str] = "cory-train"
+
     def __post_init__(self) -> None:
         """The checks that need no preset, task or machine: a bad value fails when the config is made."""
         if self.algo not in ALGOS:
             raise UsageError(f"algo must be one of {ALGOS}, got {self.algo!r}")
         if self.learner not in LEARNERS:
             raise UsageError(f"learner must be one of {sorted(LEARNERS)} (or registered in LEARNERS), got {self.learner!r}")
-        for name in ("iterations", "batch_size", "mini_batch_size", "checkpoint_every", "keep_checkpoints"):
+        for name in ("iterations", "batch_size", "checkpoint_every", "keep_checkpoints"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        super().__post_init__()  # the learners' sections
         if self.num_agents is not None and (isinstance(self.num_agents, bool) or self.num_agents < 1):
             raise UsageError(f"--num-agents must be at least 1, got {self.num_agents}")
         if self.algo == "ppo" and (self.num_agents or 1) > 1:
@@ -160,8 +172,6 @@ class TrainConfig:
             )
         if self.templates:
             self.template_list()  # a bad list fails now
-        if self.value_lr < 0:
-            raise UsageError(f"--value-lr must be positive (or 0: the same as --lr), got {self.value_lr}")
 
     def model_list(self) -> list[str]:
         """``--models`` as a list (empty without it)."""
@@ -201,32 +211,31 @@ class TrainConfig:
 
     def check_batch(self) -> None:
         """The batch's shape, once presets and the task's defaults are in: minibatches and groups divide it."""
-        mini = self.mini_batch_size or default_mini_batch_size(self.batch_size)
+        mini = self.mini_batch(self.batch_size)
         if self.batch_size % mini:
             raise UsageError(f"--batch-size {self.batch_size} must be a multiple of --mini-batch-size {mini}")
-        if self.learner in ("grpo", "rloo"):
-            self.grpo_config(self.learner)  # its own checks
+        if isinstance(self.learner_config(), GRPOConfig):
             check_group_size(self.batch_size, self.group_size, self.learner)
 
-    def ppo_config(self) -> PPOConfig:
-        return PPOConfig(
-            learning_rate=self.lr, value_learning_rate=self.value_lr or None, mini_batch_size=self.mini_batch_size or default_mini_batch_size(self.batch_size),
-            gradient_accumulation_steps=self.gradient_accumulation_steps, ppo_epochs=self.ppo_epochs,
-            gamma=self.gamma, lam=self.lam, cliprange=self.cliprange, cliprange_value=self.cliprange_value,
-            vf_coef=self.vf_coef, init_kl_coef=self.kl_coef, adaptive_kl=self.adaptive_kl, target_kl=self.target_kl,
-            kl_horizon=self.kl_horizon, kl_estimator=self.kl_estimator, max_grad_norm=self.max_grad_norm or None,
-            score_scaling=self.score_scaling, score_norm=self.score_norm, bf16=self.bf16,
-        )  # fmt: skip
+    @classmethod
+    def from_sections(cls, *sections: Any) -> TrainConfig:
+        """The config of the sections a command line parsed (:func:`sections`); the settings of
+        learners other than the chosen one keep their defaults."""
+        return cls(**{f.name: getattr(s, f.name) for s in sections for f in dataclasses.fields(s) if f.init})
 
-    def grpo_config(self, advantage: str) -> GRPOConfig:
-        """``advantage="grpo"``: KL as a k3 loss term (GRPO, TRL GRPOTrainer); ``"rloo"``: in the reward (TRL RLOOTrainer)."""
-        return GRPOConfig(
-            group_size=self.group_size, advantage=advantage, kl_penalty="loss" if advantage == "grpo" else "reward",
-            kl_coef=self.kl_coef, kl_estimator=self.kl_estimator, adaptive_kl=self.adaptive_kl, target_kl=self.target_kl,
-            kl_horizon=self.kl_horizon, learning_rate=self.lr, epochs=self.ppo_epochs, mini_batch_size=self.mini_batch_size or default_mini_batch_size(self.batch_size),
-            gradient_accumulation_steps=self.gradient_accumulation_steps, cliprange=self.cliprange,
-            max_grad_norm=self.max_grad_norm or None, bf16=self.bf16,
-        )  # fmt: skip
+    def learner_config(self, section: type[LMLearnerConfig] | None = None) -> LMLearnerConfig:
+        """The learner's own config (:data:`~agents.training.registry.LEARNER_CONFIGS`: ``PPOConfig``,
+        ``GRPOConfig``, ``RLOOConfig``), or ``section`` (a learner you register that reuses PPO's, say),
+        holding this run's values: its fields, read by name."""
+        section = section or LEARNER_CONFIGS.get(self.learner, LMLearnerConfig)
+        return section(**{f.name: getattr(self, f.name) for f in dataclasses.fields(section) if f.init})
+
+
+def sections(learner: str) -> tuple[type, ...]:
+    """The command line's sections for ``--learner learner``, in ``--help``'s order: the learner's
+    own config (:data:`~agents.training.registry.LEARNER_CONFIGS`) between the game and the generation."""
+    own = LEARNER_CONFIGS.get(learner, LMLearnerConfig)
+    return TaskConfig, ModelConfig, GameConfig, own, GenerationConfig, OutputConfig, SpeedConfig
 
 
 def check_group_size(batch_size: int, group_size: int, learner: str) -> None:

@@ -4,7 +4,8 @@ A factory is called once per learner when a run is assembled (:func:`agents.trai
 
     factory(config, *, policy, reference, seed, sampling, device)
 
-``config`` is the run's resolved :class:`~agents.training.config.TrainConfig`, ``policy`` this
+``config`` is the run's resolved :class:`~agents.training.config.TrainConfig` (its
+``learner_config()``: the learner's own config, :data:`LEARNER_CONFIGS`), ``policy`` this
 learner's trainable causal LM (full copy or LoRA adapter view, on ``device``), ``reference``
 its frozen reference (learners on one device share it), ``sampling`` LMActor's keyword
 arguments. Under ``accelerate launch`` the factory also gets ``data_parallel``
@@ -24,8 +25,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from agents.learners.base import Learner
-from agents.learners.grpo import GRPOLearner
-from agents.learners.ppo import PPOLearner
+from agents.learners.grpo import GRPOConfig, GRPOLearner, RLOOConfig
+from agents.learners.lm import LMLearnerConfig
+from agents.learners.ppo import PPOConfig, PPOLearner
 from agents.learners.value_model import CausalLMWithValueHead
 from agents.speed.scoring_reuse import reuse_scoring_pass
 
@@ -37,19 +39,25 @@ def ppo_learner(config, *, policy, reference, seed, sampling, device, data_paral
     model = CausalLMWithValueHead(policy).to(device)
     if data_parallel is not None:
         data_parallel.shard(model.v_head)  # FSDP: the value head is a unit of its own (the LM is one already)
-    learner = PPOLearner(model, reference, config.ppo_config(), seed, sampling, data_parallel=data_parallel)
+    learner = PPOLearner(model, reference, config.learner_config(), seed, sampling, data_parallel=data_parallel)
     return reuse_scoring_pass(learner) if config.reuse_scoring_pass else learner
 
 
 def grpo_learner(config, *, policy, reference, seed, sampling, device, data_parallel=None) -> GRPOLearner:
     """GRPO: group-normalised advantages, k3 KL term in the loss; no value head."""
-    return GRPOLearner(policy, reference, config.grpo_config("grpo"), seed, sampling, data_parallel=data_parallel)
+    return GRPOLearner(policy, reference, config.learner_config(), seed, sampling, data_parallel=data_parallel)
 
 
 def rloo_learner(config, *, policy, reference, seed, sampling, device, data_parallel=None) -> GRPOLearner:
     """RLOO: leave-one-out baseline, KL penalty in the reward; no value head."""
-    return GRPOLearner(policy, reference, config.grpo_config("rloo"), seed, sampling, data_parallel=data_parallel)
+    return GRPOLearner(policy, reference, config.learner_config(), seed, sampling, data_parallel=data_parallel)
 
 
 #: ``--learner`` choices, by name.
 LEARNERS: dict[str, LearnerFactory] = {"ppo": ppo_learner, "grpo": grpo_learner, "rloo": rloo_learner}
+
+#: Each learner's own config: its section of the command line (``cory-train --learner NAME --help``)
+#: and what ``TrainConfig.learner_config()`` gives its factory. A learner registered without one
+#: gets the shared :class:`~agents.learners.lm.LMLearnerConfig` section; its factory reads any
+#: other setting from the run's config.
+LEARNER_CONFIGS: dict[str, type[LMLearnerConfig]] = {"ppo": PPOConfig, "grpo": GRPOConfig, "rloo": RLOOConfig}
