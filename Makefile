@@ -8,7 +8,7 @@ TORCH_VERSION ?= 2.13.0
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup demo test test-all test-numerics bench docs clean
+.PHONY: setup demo test lint format test-all test-numerics bench docs clean
 
 setup: $(STAMP)
 
@@ -44,8 +44,18 @@ $(STAMP): pyproject.toml Makefile
 demo: setup
 	$(PY) examples/train_cory.py --algo ppo --iterations 60 --out runs/demo --overwrite
 
-test: setup
+# The formatting and the lint rules (pyproject.toml: [tool.ruff]) first: a second, then the tests.
+test: setup lint
 	$(PY) -m pytest -q -m "not slow"
+
+lint: setup
+	$(PY) -m ruff format --check .
+	$(PY) -m ruff check .
+
+# Apply the formatting and the safe lint fixes (what `make lint` asks for).
+format: setup
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
 
 # The tests whose numbers depend on how the CPU's kernels round: golden data written elsewhere (within
 # tolerance), exact resumes and before/after comparisons in one run, padded against padding-free passes.

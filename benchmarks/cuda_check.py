@@ -30,17 +30,24 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.speed import padding_free  # noqa: E402
 from agents.acting.actor import LMActor  # noqa: E402
+from agents.speed import padding_free  # noqa: E402
 from agents.training.config import TrainConfig  # noqa: E402
 from agents.training.trainer import Trainer  # noqa: E402
 from cory_env import env  # noqa: E402
 from cory_env.tasks.sentiment import sentiment_prompts  # noqa: E402
 
 SMOLLM2_135M = dict(
-    hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
-    max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True,
-)  # fmt: skip
+    hidden_size=576,
+    intermediate_size=1536,
+    num_hidden_layers=30,
+    num_attention_heads=9,
+    num_key_value_heads=3,
+    max_position_embeddings=8192,
+    rms_norm_eps=1e-5,
+    rope_theta=100000.0,
+    tie_word_embeddings=True,
+)
 
 
 def gpt2_tokenizer():
@@ -58,7 +65,9 @@ def model_path(folder: Path) -> str:
 
     tok = gpt2_tokenizer()
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tok), bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id, **SMOLLM2_135M)
+    config = LlamaConfig(
+        vocab_size=len(tok), bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id, **SMOLLM2_135M
+    )
     LlamaForCausalLM(config).save_pretrained(folder)
     tok.save_pretrained(folder)
     return str(folder)
@@ -66,8 +75,14 @@ def model_path(folder: Path) -> str:
 
 @torch.no_grad()
 def greedy_matches_generate(model, tokenizer, device: str) -> bool:
-    game = env(tokenizer=tokenizer, prompts=sentiment_prompts(tokenizer, source="rotten_tomatoes"),
-               reward_fn=lambda q, r, **_: [0.0] * len(r), num_conversations=8, max_new_tokens=12, stop_token_ids=[])
+    game = env(
+        tokenizer=tokenizer,
+        prompts=sentiment_prompts(tokenizer, source="rotten_tomatoes"),
+        reward_fn=lambda q, r, **_: [0.0] * len(r),
+        num_conversations=8,
+        max_new_tokens=12,
+        stop_token_ids=[],
+    )
     actor = LMActor(model, do_sample=False)
     game.reset(seed=0)
     for agent in game.agent_iter():
@@ -75,16 +90,24 @@ def greedy_matches_generate(model, tokenizer, device: str) -> bool:
         game.step(None if term else actor.act(agent, obs))
     raw = game.unwrapped
     enc = tokenizer(raw.queries, return_tensors="pt", padding=True, padding_side="left").to(device)
-    out = model.generate(**enc, max_new_tokens=12, min_new_tokens=12, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    out = model.generate(
+        **enc, max_new_tokens=12, min_new_tokens=12, do_sample=False, pad_token_id=tokenizer.pad_token_id
+    )
     expected = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     return raw.responses["pioneer"] == expected
 
 
 @torch.no_grad()
 def rollout_ratio(model, tokenizer, device: str, batch: int = 16, new_tokens: int = 15) -> dict:
-    game = env(tokenizer=tokenizer, prompts=sentiment_prompts(tokenizer, source="rotten_tomatoes"),
-               reward_fn=lambda q, r, **_: [0.0] * len(r), num_conversations=batch, max_new_tokens=new_tokens,
-               stop_token_ids=[], with_observer=False)  # fmt: skip
+    game = env(
+        tokenizer=tokenizer,
+        prompts=sentiment_prompts(tokenizer, source="rotten_tomatoes"),
+        reward_fn=lambda q, r, **_: [0.0] * len(r),
+        num_conversations=batch,
+        max_new_tokens=new_tokens,
+        stop_token_ids=[],
+        with_observer=False,
+    )
     actor = LMActor(model, do_sample=True, generator=torch.Generator(device).manual_seed(0))
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     env_t, gen_t = [], []
@@ -99,8 +122,14 @@ def rollout_ratio(model, tokenizer, device: str, batch: int = 16, new_tokens: in
         env_t.append(time.perf_counter() - start)
         enc = tokenizer(game.unwrapped.queries, return_tensors="pt", padding=True, padding_side="left").to(device)
         start = time.perf_counter()
-        model.generate(**enc, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=True, top_k=0,
-                       pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+        model.generate(
+            **enc,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=True,
+            top_k=0,
+            pad_token_id=tokenizer.pad_token_id,
+        )
         sync()
         gen_t.append(time.perf_counter() - start)
     e, g = float(np.median(env_t[1:])), float(np.median(gen_t[1:]))
@@ -109,20 +138,41 @@ def rollout_ratio(model, tokenizer, device: str, batch: int = 16, new_tokens: in
 
 
 def train_iterations(
-    model: str, algo: str, lora: bool, bf16: bool, batch: int, device: str, learner: str = "ppo",
+    model: str,
+    algo: str,
+    lora: bool,
+    bf16: bool,
+    batch: int,
+    device: str,
+    learner: str = "ppo",
     load_in_4bit: bool = False,
 ) -> dict:
     cuda = device == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     with tempfile.TemporaryDirectory() as out:
-        config = TrainConfig(algo=algo, model=model, lora=lora, bf16=bf16, device=device, batch_size=batch,
-                             mini_batch_size=batch // 4, ppo_epochs=4, min_new_tokens=10, max_new_tokens=10,
-                             kl_estimator="full", prompt_source="rotten_tomatoes", out=out, report_to="none",
-                             checkpoint_every=10**6, learner=learner, load_in_4bit=load_in_4bit)  # fmt: skip
+        config = TrainConfig(
+            algo=algo,
+            model=model,
+            lora=lora,
+            bf16=bf16,
+            device=device,
+            batch_size=batch,
+            mini_batch_size=batch // 4,
+            ppo_epochs=4,
+            min_new_tokens=10,
+            max_new_tokens=10,
+            kl_estimator="full",
+            prompt_source="rotten_tomatoes",
+            out=out,
+            report_to="none",
+            checkpoint_every=10**6,
+            learner=learner,
+            load_in_4bit=load_in_4bit,
+        )
         trainer = Trainer(config)
         # bitsandbytes' 4-bit layers (Linear4bit) in the models the learners act with
-        four_bit = sum("4bit" in type(m).__name__ for l in trainer.learners.values() for m in l.model.modules())
+        four_bit = sum("4bit" in type(m).__name__ for lr in trainer.learners.values() for m in lr.model.modules())
         trainer.run_iteration()
         times, last = [], {}
         for _ in range(3):
@@ -134,8 +184,14 @@ def train_iterations(
         peak = torch.cuda.max_memory_allocated() / 1024**3 if cuda else None
         export = export_reloads(trainer, Path(out) / "model", device, load_in_4bit)
     finite = all(np.isfinite(v) for v in last.values())
-    return {"seconds": float(np.median(times)), "peak_gb": peak, "metrics_finite": finite,
-            "tokens_per_s": last["tokens_per_s"], "modules_4bit": four_bit, **export}  # fmt: skip
+    return {
+        "seconds": float(np.median(times)),
+        "peak_gb": peak,
+        "metrics_finite": finite,
+        "tokens_per_s": last["tokens_per_s"],
+        "modules_4bit": four_bit,
+        **export,
+    }
 
 
 def export_reloads(trainer: Trainer, folder: Path, device: str, load_in_4bit: bool) -> dict:
@@ -174,7 +230,9 @@ def main() -> None:
     results: dict = {"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu", "torch": torch.__version__}
     with tempfile.TemporaryDirectory() as folder:
         name = model_path(Path(folder))
-        results["model"] = name if name == "smollm2-135m" else "SmolLM2-135M architecture, random weights, GPT-2 tokenizer"
+        results["model"] = (
+            name if name == "smollm2-135m" else "SmolLM2-135M architecture, random weights, GPT-2 tokenizer"
+        )
         from cory_env.models import load_causal_lm, load_tokenizer
 
         if args.only_4bit:

@@ -38,7 +38,7 @@ def env_seconds_per_step(game, episodes: int, rng: np.random.Generator) -> float
     steps, start = 0, time.perf_counter()
     for _ in range(episodes):
         game.reset()
-        for agent in game.agent_iter():
+        for _agent in game.agent_iter():
             obs, reward, term, trunc, info = game.last()
             if term:
                 game.step(None)

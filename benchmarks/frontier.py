@@ -58,15 +58,26 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/frontier.py` from anywhere
 
-from cory_env.models import EMBEDDED_MODEL  # noqa: E402
 from agents.evaluation.statistics import mean_ci, welch_test  # noqa: E402
 from agents.training.metrics import SAMPLES_FILE, read_metrics  # noqa: E402
 from agents.training.plots import plot_comparison  # noqa: E402
 from benchmarks import reproduce  # noqa: E402
 from benchmarks.reproduce import (  # noqa: E402
-    INCONCLUSIVE, NOT_SUPPORTED, REPO, SUPPORTED, Stopped, check_flags, difference, iterations_done, num, run_dir,
-    over_seeds, side, table,
+    INCONCLUSIVE,
+    NOT_SUPPORTED,
+    REPO,
+    SUPPORTED,
+    Stopped,
+    check_flags,
+    difference,
+    iterations_done,
+    num,
+    over_seeds,
+    run_dir,
+    side,
+    table,
 )
+from cory_env.models import EMBEDDED_MODEL  # noqa: E402
 
 EVALUATE_SCRIPT = REPO / "examples" / "evaluate.py"
 DEFAULT_REPORT = REPO / "docs" / "frontier"
@@ -100,8 +111,12 @@ def run_name(method: str, flag: str, value: float) -> str:
 
 def configurations() -> dict[str, tuple[str, str, float, list[str]]]:
     """Run name -> (study, method, its value, its train_cory.py flags), in the order they run."""
-    return {run_name(method, flag, value): (study, method, value, [*METHODS[method], flag, f"{value:g}"])
-            for study, methods, flag, values in STAGES for value in values for method in methods}  # fmt: skip
+    return {
+        run_name(method, flag, value): (study, method, value, [*METHODS[method], flag, f"{value:g}"])
+        for study, methods, flag, values in STAGES
+        for value in values
+        for method in methods
+    }
 
 
 def train_flags() -> dict[str, list[str]]:
@@ -117,8 +132,19 @@ def archived(report: Path, name: str, seed: int, iterations: int) -> bool:
 
 def evaluate(target: list[str], out: Path, seed: int = 0) -> None:
     """``examples/evaluate.py`` on held-out prompts, into ``out`` (``target``: --checkpoint or --model)."""
-    cmd = [sys.executable, str(EVALUATE_SCRIPT), *target, "--num-prompts", str(EVAL_PROMPTS), "--samples-per-prompt",
-           str(EVAL_SAMPLES), "--seed", str(seed), "--out", str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(EVALUATE_SCRIPT),
+        *target,
+        "--num-prompts",
+        str(EVAL_PROMPTS),
+        "--samples-per-prompt",
+        str(EVAL_SAMPLES),
+        "--seed",
+        str(seed),
+        "--out",
+        str(out),
+    ]
     with open(out.with_suffix(".log"), "w") as log:
         code = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
     if code:
@@ -279,8 +305,9 @@ def interpolate_across(kl: Sequence[float], reward: Sequence[float], budget: flo
     return float(np.interp(budget, kl, reward))
 
 
-def collapsed(reward: Sequence[float], finite: bool, distinct_2: float, base_distinct_2: float,
-              window: int = FINAL_WINDOW) -> list[str]:  # fmt: skip
+def collapsed(
+    reward: Sequence[float], finite: bool, distinct_2: float, base_distinct_2: float, window: int = FINAL_WINDOW
+) -> list[str]:
     """The collapse criteria one learner meets (empty: it did not collapse).
 
     >>> collapsed([0.2] * 5 + [0.1] * 5, True, 0.9, 0.9)
@@ -302,7 +329,7 @@ def collapsed(reward: Sequence[float], finite: bool, distinct_2: float, base_dis
 
 
 def collapse_verdict(ppo: Sequence[bool], cory: Sequence[bool]) -> str:
-    """"PPO collapses where CORY converges", from each seed's collapse.
+    """ "PPO collapses where CORY converges", from each seed's collapse.
 
     >>> collapse_verdict([True, True, False], [False, False, False])
     'supported'
@@ -357,10 +384,17 @@ class Run:
 
     def collapse(self, base_distinct_2: float) -> dict[str, list[str]]:
         """Each learner's collapse criteria met (:func:`collapsed`)."""
-        return {learner: collapsed(reproduce.curve(self.metrics[["iteration", f"{learner}/task_reward_mean"]],
-                                                   "task_reward_mean").to_numpy(),
-                                   self.finite(learner), summary["distinct_2"], base_distinct_2)
-                for learner, summary in self.evaluation.items()}  # fmt: skip
+        return {
+            learner: collapsed(
+                reproduce.curve(
+                    self.metrics[["iteration", f"{learner}/task_reward_mean"]], "task_reward_mean"
+                ).to_numpy(),
+                self.finite(learner),
+                summary["distinct_2"],
+                base_distinct_2,
+            )
+            for learner, summary in self.evaluation.items()
+        }
 
 
 def load_runs(report: Path, iterations: int) -> list[Run]:
@@ -440,16 +474,29 @@ def frontier_section(runs: Sequence[Run], figure: Path) -> list[str]:
         for other, (test, verdict, best) in by_method.items():
             head = f"- KL {budget:g}: **{other.upper()} above PPO: {verdict}**"
             if missing := [m for m, value in best.items() if math.isnan(value)]:
-                verdict_lines.append(f"{head}: no coefficient of {' and '.join(missing)} has 2 or more seeds that "
-                                     "reached this KL yet")  # fmt: skip
+                verdict_lines.append(
+                    f"{head}: no coefficient of {' and '.join(missing)} has 2 or more seeds that reached this KL yet"
+                )
             else:
                 coefs = ", ".join(f"{m} at {value:g}" for m, value in best.items())
                 verdict_lines.append(f"{head}, {other} - ppo = {difference(test)} (best coefficients: {coefs})")
         for method in dict.fromkeys(m for m, _ in groups):
-            rows.append([f"{budget:g}", method, *(stats([reward_at(r, budget) for r in groups[(method, value)]])
-                                                  if (method, value) in groups else "-" for value in KL_COEFS)])  # fmt: skip
-    finals = [[method, f"{value:g}", stats([r.final("task_reward_mean") for r in rs]), stats([r.final("kl") for r in rs])]
-              for (method, value), rs in groups.items()]  # fmt: skip
+            rows.append(
+                [
+                    f"{budget:g}",
+                    method,
+                    *(
+                        stats([reward_at(r, budget) for r in groups[(method, value)]])
+                        if (method, value) in groups
+                        else "-"
+                        for value in KL_COEFS
+                    ),
+                ]
+            )
+    finals = [
+        [method, f"{value:g}", stats([r.final("task_reward_mean") for r in rs]), stats([r.final("kl") for r in rs])]
+        for (method, value), rs in groups.items()
+    ]
     return [
         f"![task reward against KL: every method and coefficient, mean over seeds]({figure.name})",
         "",
@@ -472,7 +519,9 @@ def lr_verdicts(groups: dict[tuple[str, float], list[Run]], base_distinct_2: flo
     """Learning rate -> (the verdict of :func:`collapse_verdict`, method -> each seed's collapse)."""
     verdicts = {}
     for value in LEARNING_RATES:
-        fell = {m: [any(r.collapse(base_distinct_2).values()) for r in groups.get((m, value), [])] for m in ("ppo", "cory")}
+        fell = {
+            m: [any(r.collapse(base_distinct_2).values()) for r in groups.get((m, value), [])] for m in ("ppo", "cory")
+        }
         verdicts[value] = (collapse_verdict(fell["ppo"], fell["cory"]), fell)
     return verdicts
 
@@ -482,23 +531,43 @@ def lr_section(runs: Sequence[Run], base_distinct_2: float, figure: Path) -> lis
     groups = group(runs, "lr")
     if not groups:
         return ["No finished learning-rate run yet."]
-    plot_comparison({f"{m} lr {v:g}": [r.folder for r in rs] for (m, v), rs in groups.items()}, figure,
-                    metrics=["task_reward_mean", "kl"])  # fmt: skip
+    plot_comparison(
+        {f"{m} lr {v:g}": [r.folder for r in rs] for (m, v), rs in groups.items()},
+        figure,
+        metrics=["task_reward_mean", "kl"],
+    )
     rows, lines = [], []
     for (method, value), seed_runs in groups.items():
         for r in seed_runs:
             reasons = {k: v for k, v in r.collapse(base_distinct_2).items() if v}
             said = "; ".join(f"{k}: {', '.join(v)}" for k, v in reasons.items()) or "no"
-            rows.append([method, f"{value:g}", str(r.seed), num(r.final("task_reward_mean")), num(r.final("kl")),
-                         num(r.held_out("distinct_2")), said])  # fmt: skip
+            rows.append(
+                [
+                    method,
+                    f"{value:g}",
+                    str(r.seed),
+                    num(r.final("task_reward_mean")),
+                    num(r.final("kl")),
+                    num(r.held_out("distinct_2")),
+                    said,
+                ]
+            )
     for value, (verdict, fell) in lr_verdicts(groups, base_distinct_2).items():
-        lines.append(f"- lr {value:g}: **{verdict}**; collapsed: PPO {sum(fell['ppo'])} of {len(fell['ppo'])} seeds, "
-                     f"CORY {sum(fell['cory'])} of {len(fell['cory'])}")
+        lines.append(
+            f"- lr {value:g}: **{verdict}**; collapsed: PPO {sum(fell['ppo'])} of {len(fell['ppo'])} seeds, "
+            f"CORY {sum(fell['cory'])} of {len(fell['cory'])}"
+        )
     samples = []
     for (method, value), seed_runs in groups.items():
         _, chosen = reproduce.last_samples(seed_runs[0].folder)
-        samples += ["", f"{method} lr {value:g}, seed {seed_runs[0].seed}, last iteration:", "", "```text",
-                    *map(reproduce.sample_line, chosen), "```"]  # fmt: skip
+        samples += [
+            "",
+            f"{method} lr {value:g}, seed {seed_runs[0].seed}, last iteration:",
+            "",
+            "```text",
+            *map(reproduce.sample_line, chosen),
+            "```",
+        ]
     return [
         "### Verdicts",
         "",
@@ -519,8 +588,9 @@ def held_out_at(groups: dict[tuple[str, float], list[Run]], method: str, budget:
     values = []
     for seed in sorted({r.seed for (m, _), rs in groups.items() if m == method for r in rs}):
         models = [r for (m, _), rs in groups.items() if m == method for r in rs if r.seed == seed]
-        value = interpolate_across([r.held_out("kl") for r in models], [r.held_out("task_reward_mean") for r in models],
-                                   budget)  # fmt: skip
+        value = interpolate_across(
+            [r.held_out("kl") for r in models], [r.held_out("task_reward_mean") for r in models], budget
+        )
         if math.isfinite(value):
             values.append(value)
     return values
@@ -544,8 +614,16 @@ def alone_section(runs: Sequence[Run], base: dict) -> list[str]:
     for study in ("frontier", "lr"):
         for (method, value), rs in group(runs, study).items():
             knob = "KL coefficient" if study == "frontier" else "lr"
-            rows.append([method, f"{knob} {value:g}", str(len(rs)), stats([r.held_out("task_reward_mean") for r in rs]),
-                         stats([r.held_out("kl") for r in rs]), stats([r.held_out("distinct_2") for r in rs])])  # fmt: skip
+            rows.append(
+                [
+                    method,
+                    f"{knob} {value:g}",
+                    str(len(rs)),
+                    stats([r.held_out("task_reward_mean") for r in rs]),
+                    stats([r.held_out("kl") for r in rs]),
+                    stats([r.held_out("distinct_2") for r in rs]),
+                ]
+            )
     matched = []
     for budget, by_method in alone_tests(group(runs, "frontier")).items():
         for other, (test, values, ppo) in by_method.items():
@@ -557,8 +635,10 @@ def alone_section(runs: Sequence[Run], base: dict) -> list[str]:
         "Which method gives the better model at the same held-out KL (each seed's held-out reward "
         "interpolated across its coefficients; a seed outside a budget's range is left out):",
         "",
-        table(["held-out KL", "comparison", "task reward (method)", "task reward (ppo)", "difference",
-               "better model"], matched),  # fmt: skip
+        table(
+            ["held-out KL", "comparison", "task reward (method)", "task reward (ppo)", "difference", "better model"],
+            matched,
+        ),
     ]
 
 
@@ -584,7 +664,9 @@ def plot_frontier(groups: dict[tuple[str, float], list[Run]], path: Path) -> Pat
     for (method, value), runs in groups.items():
         kl, reward = mean_curve(runs)
         shade = 0.35 + 0.65 * values.index(value) / max(1, len(values) - 1)
-        ax.plot(kl, reward, color=COLORS[method], alpha=shade, linewidth=1.3, label=f"{method}, KL coefficient {value:g}")
+        ax.plot(
+            kl, reward, color=COLORS[method], alpha=shade, linewidth=1.3, label=f"{method}, KL coefficient {value:g}"
+        )
         finals = [(r.final("kl"), r.final("task_reward_mean")) for r in runs]
         (x, x_low, x_high), (y, y_low, y_high) = (mean_ci([f[i] for f in finals], CONFIDENCE) for i in (0, 1))
         bars = {} if len(runs) < 2 else {"xerr": [[x - x_low], [x_high - x]], "yerr": [[y - y_low], [y_high - y]]}
@@ -592,12 +674,24 @@ def plot_frontier(groups: dict[tuple[str, float], list[Run]], path: Path) -> Pat
         ax.annotate(f"{value:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=COLORS[method])
         points.setdefault(method, []).append((kl, reward))
     for method, curves in points.items():
-        front_kl, front_reward = envelope(np.concatenate([c[0] for c in curves]), np.concatenate([c[1] for c in curves]))
-        ax.plot(front_kl, front_reward, color=COLORS[method], linewidth=6, alpha=0.25, drawstyle="steps-post",
-                label=f"{method} frontier (upper envelope)")
-    ax.set(xlabel="KL to the reference (summed over the response)", ylabel="task reward",
-           title=f"Task reward against KL, smoothed over {SMOOTHING} iterations, mean over seeds;\n"
-                 f"dots: final values (last {FINAL_WINDOW} iterations) with 95% intervals, labelled by KL coefficient")
+        front_kl, front_reward = envelope(
+            np.concatenate([c[0] for c in curves]), np.concatenate([c[1] for c in curves])
+        )
+        ax.plot(
+            front_kl,
+            front_reward,
+            color=COLORS[method],
+            linewidth=6,
+            alpha=0.25,
+            drawstyle="steps-post",
+            label=f"{method} frontier (upper envelope)",
+        )
+    ax.set(
+        xlabel="KL to the reference (summed over the response)",
+        ylabel="task reward",
+        title=f"Task reward against KL, smoothed over {SMOOTHING} iterations, mean over seeds;\n"
+        f"dots: final values (last {FINAL_WINDOW} iterations) with 95% intervals, labelled by KL coefficient",
+    )
     ax.title.set_fontsize(9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower right", ncol=2)
@@ -608,19 +702,29 @@ def plot_frontier(groups: dict[tuple[str, float], list[Run]], path: Path) -> Pat
 
 def run_order(studies: set[str], seeds: Sequence[int]) -> list[tuple[str, int]]:
     """(run name, seed) of every run of ``studies`` at ``seeds``, in the order they go (PHASES)."""
-    return [(run_name(method, flag, value), seed) for phase in PHASES for seed in seeds
-            for study, methods, flag, values in phase if study in studies for value in values for method in methods]  # fmt: skip
+    return [
+        (run_name(method, flag, value), seed)
+        for phase in PHASES
+        for seed in seeds
+        for study, methods, flag, values in phase
+        if study in studies
+        for value in values
+        for method in methods
+    ]
 
 
 def status(runs: Sequence[Run], seeds: Sequence[int], studies: set[str]) -> list[list[str]]:
     """Every run the study defines for ``seeds``: archived or still to run."""
     done = {(r.name, r.seed) for r in runs}
-    return [[name, str(seed), "archived" if (name, seed) in done else "not run yet"]
-            for name, seed in run_order(studies, seeds)]  # fmt: skip
+    return [
+        [name, str(seed), "archived" if (name, seed) in done else "not run yet"]
+        for name, seed in run_order(studies, seeds)
+    ]
 
 
-def write_report(report: Path, iterations: int, seeds: Sequence[int], studies: set[str],
-                 page: Path | None = None) -> Path:  # fmt: skip
+def write_report(
+    report: Path, iterations: int, seeds: Sequence[int], studies: set[str], page: Path | None = None
+) -> Path:
     """results.md, frontier.png and lr_curves.png in ``report``, from its archived runs; with ``page``
     (docs/reproduction.md), the claims table and the report there too (:func:`update_page`)."""
     runs = load_runs(report, iterations)
@@ -653,7 +757,9 @@ def write_report(report: Path, iterations: int, seeds: Sequence[int], studies: s
         "## Runs",
         "",
         f"{len(missing)} of {len(missing) + len(runs)} runs are not archived yet: the verdicts that need them say "
-        "inconclusive until `python benchmarks/frontier.py` has run them." if missing else "Every run is archived.",
+        "inconclusive until `python benchmarks/frontier.py` has run them."
+        if missing
+        else "Every run is archived.",
         "",
         table(["run", "seed", "state"], status(runs, seeds, studies)),
         "",
@@ -674,23 +780,29 @@ CLAIMS_MARKERS = ("<!-- claims: written by benchmarks/frontier.py -->", "<!-- /c
 REPORT_MARKERS = ("<!-- frontier: written by benchmarks/frontier.py -->", "<!-- /frontier -->")
 #: claim -> (the paper's claim, its evidence in the paper)
 PAPER = {
-    "frontier": ("At the same KL, CORY reaches a higher task reward than PPO (a better KL-reward frontier)",
-                 "IMDB, GPT2-Large, 100 iterations, 3 seeds, one KL coefficient (0.3): similar final task "
-                 "reward, PPO's KL more than twice CORY's"),
-    "lr": ("PPO collapses at a large learning rate where CORY converges",
-           "GSM8K, Llama-2-7b-chat 4-bit: at lr 1e-4 PPO collapses, CORY converges at 1e-4 and 1e-5"),
+    "frontier": (
+        "At the same KL, CORY reaches a higher task reward than PPO (a better KL-reward frontier)",
+        "IMDB, GPT2-Large, 100 iterations, 3 seeds, one KL coefficient (0.3): similar final task "
+        "reward, PPO's KL more than twice CORY's",
+    ),
+    "lr": (
+        "PPO collapses at a large learning rate where CORY converges",
+        "GSM8K, Llama-2-7b-chat 4-bit: at lr 1e-4 PPO collapses, CORY converges at 1e-4 and 1e-5",
+    ),
     "alone": ("Either CORY model can answer alone at test time", "the method's design; no IMDB test-time figure"),
     "(a)": ("PPO's KL more than twice CORY's at a similar task reward", "IMDB curves, 3 seeds"),
     "(b)": ("PPO's combined reward falls while CORY's rises", "IMDB curves, 3 seeds"),
     "(c)": ("Each ablation (no knowledge transfer, no role exchange) raises the KL", "IMDB ablation curves"),
-}  # fmt: skip
+}
 
 
 def reproduction_verdicts(folder: Path = REPRODUCTION_RUNS) -> dict[str, tuple[str, str]]:
     """reproduce.py's claims (a)-(c), judged by its own rules from its tracked runs."""
     seeds = sorted({int(p.name.rpartition("-seed")[2]) for p in folder.glob("*-seed*")})
-    runs = {c: [reproduce.summarise(folder, c, s, FINAL_WINDOW, folder / f"{c}-seed{s}") for s in seeds]
-            for c in reproduce.PAPER_CONFIGS}  # fmt: skip
+    runs = {
+        c: [reproduce.summarise(folder, c, s, FINAL_WINDOW, folder / f"{c}-seed{s}") for s in seeds]
+        for c in reproduce.PAPER_CONFIGS
+    }
     iterations = max((r.iterations for rs in runs.values() for r in rs), default=0)
     study = reproduce.Study(runs, iterations, FINAL_WINDOW)
     return {name: judge(study) for name, (_, _, judge) in reproduce.CLAIMS.items()}
@@ -709,28 +821,45 @@ def claims_table(runs: Sequence[Run], base_distinct_2: float, reproduction: dict
     said = "; ".join(f"KL {b:g}: {t['cory'][1]}" for b, t in frontier.items()) or INCONCLUSIVE
     rows.append([*PAPER["frontier"], f"CORY - PPO task reward at matched KL: {ours}", said])
     lr = lr_verdicts(group(runs, "lr"), base_distinct_2)
-    ours = "; ".join(f"lr {v:g}: PPO {sum(f['ppo'])}/{len(f['ppo'])}, CORY {sum(f['cory'])}/{len(f['cory'])} seeds"
-                     for v, (_, f) in lr.items())  # fmt: skip
-    rows.append([*PAPER["lr"], f"collapsed runs: {ours}", "; ".join(f"lr {v:g}: {verdict}" for v, (verdict, _) in lr.items())])
+    ours = "; ".join(
+        f"lr {v:g}: PPO {sum(f['ppo'])}/{len(f['ppo'])}, CORY {sum(f['cory'])}/{len(f['cory'])} seeds"
+        for v, (_, f) in lr.items()
+    )
+    rows.append(
+        [*PAPER["lr"], f"collapsed runs: {ours}", "; ".join(f"lr {v:g}: {verdict}" for v, (verdict, _) in lr.items())]
+    )
     alone = alone_tests(group(runs, "frontier"))
     ours = "; ".join(f"KL {b:g}: {measured(t['cory'][0])}" for b, t in alone.items())
-    better = "; ".join(f"KL {b:g}: {({True: 'CORY', False: 'PPO', None: 'undecided'})[side(t['cory'][0])]}"
-                       for b, t in alone.items())  # fmt: skip
-    rows.append([*PAPER["alone"], f"CORY - PPO held-out task reward of the model alone, at matched held-out KL: {ours}",
-                 f"the better model: {better}"])  # fmt: skip
+    better = "; ".join(
+        f"KL {b:g}: {({True: 'CORY', False: 'PPO', None: 'undecided'})[side(t['cory'][0])]}" for b, t in alone.items()
+    )
+    rows.append(
+        [
+            *PAPER["alone"],
+            f"CORY - PPO held-out task reward of the model alone, at matched held-out KL: {ours}",
+            f"the better model: {better}",
+        ]
+    )
     for name, (verdict, text) in reproduction.items():
         rows.append([*PAPER[name], f"{text.split('. Rule:')[0]} (KL coefficient 0.05)", verdict])
-    return [table(["paper's claim", "the paper's evidence", "ours at laptop scale (95% intervals over seeds)",
-                   "verdict"], rows)]  # fmt: skip
+    return [
+        table(
+            ["paper's claim", "the paper's evidence", "ours at laptop scale (95% intervals over seeds)", "verdict"],
+            rows,
+        )
+    ]
 
 
 def update_page(page: Path, claims: list[str], body: list[str], report: Path) -> None:
     """Write ``claims`` and ``body`` (the report, its headings one level down) between their markers in ``page``."""
     text = page.read_text(encoding="utf-8")
     folder = os.path.relpath(report, page.parent)
-    body = [line.replace("](frontier.png)", f"]({folder}/frontier.png)").replace("](lr_curves.png)",
-                                                                                 f"]({folder}/lr_curves.png)")
-            for line in body]  # fmt: skip
+    body = [
+        line.replace("](frontier.png)", f"]({folder}/frontier.png)").replace(
+            "](lr_curves.png)", f"]({folder}/lr_curves.png)"
+        )
+        for line in body
+    ]
     body = ["#" + line if line.startswith("#") else line for line in body]
     for (start, end), lines in ((CLAIMS_MARKERS, claims), (REPORT_MARKERS, body)):
         if start not in text or end not in text:
@@ -741,17 +870,26 @@ def update_page(page: Path, claims: list[str], body: list[str], report: Path) ->
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     allow_abbrev=False)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
     parser.add_argument("--iterations", type=int, default=60, help="iterations per run (the paper: 100)")
     parser.add_argument("--studies", default="frontier,lr", help="which studies to run: frontier, lr or both")
-    parser.add_argument("--root", default=str(Path.home() / ".cache" / "cory_env" / "frontier"),
-                        help="where the runs train (outside the work tree; their checkpoints go once archived)")
-    parser.add_argument("--report", default=str(DEFAULT_REPORT),
-                        help="folder of the archived runs (runs/), the report and its figures")
-    parser.add_argument("--page", default="", help="the page that gets the claims table and the report between "
-                        "its markers (default: docs/reproduction.md with the default --report, else none)")
+    parser.add_argument(
+        "--root",
+        default=str(Path.home() / ".cache" / "cory_env" / "frontier"),
+        help="where the runs train (outside the work tree; their checkpoints go once archived)",
+    )
+    parser.add_argument(
+        "--report", default=str(DEFAULT_REPORT), help="folder of the archived runs (runs/), the report and its figures"
+    )
+    parser.add_argument(
+        "--page",
+        default="",
+        help="the page that gets the claims table and the report between "
+        "its markers (default: docs/reproduction.md with the default --report, else none)",
+    )
     parser.add_argument("--report-only", action="store_true", help="train nothing: the report from the archive")
     parser.add_argument("--list", action="store_true", help="print every run's flags, then exit")
     args, flags = parser.parse_known_args(argv)
@@ -765,7 +903,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.list:
         root = Path(args.root).expanduser()
         for name in dict.fromkeys(name for name, _ in runs):
-            print(f"{name}: {' '.join(reproduce.command(name, seeds[0], args.iterations, root, flags, train_flags())[1:])}")
+            print(
+                f"{name}: {' '.join(reproduce.command(name, seeds[0], args.iterations, root, flags, train_flags())[1:])}"
+            )
         return
     if not args.report_only:
         check_flags(Path(args.root).expanduser(), flags)

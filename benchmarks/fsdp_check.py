@@ -35,8 +35,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agents.training.checkpoint import latest_checkpoint, load_checkpoint  # noqa: E402
 from agents.distributed.data_parallel import fingerprint  # noqa: E402
+from agents.training.checkpoint import latest_checkpoint, load_checkpoint  # noqa: E402
 from tests.toy import save_tiny_llama, toy_tokenizer  # noqa: E402
 
 CONFIGS = ROOT / "examples" / "accelerate"
@@ -49,19 +49,49 @@ def launch(config: str, processes: int, model: Path, out: Path, *extra: str) -> 
     launcher = [a for a in extra if a.startswith("--fsdp_")]
     trainer = [a for a in extra if not a.startswith("--fsdp_")]
     command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / config),
-        "--num_processes", str(processes), "--main_process_port", str(port), *" ".join(launcher).split(),
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(CONFIGS / config),
+        "--num_processes",
+        str(processes),
+        "--main_process_port",
+        str(port),
+        *" ".join(launcher).split(),
         str(ROOT / "examples" / "train_cory.py"),
-        "--model", str(model), "--reward", "tests.toy:fraction_good", "--prompt-source", "rotten_tomatoes",
-        "--batch-size", "8", "--mini-batch-size", "4", "--ppo-epochs", "2", "--lr", "1e-2",
-        "--min-new-tokens", "3", "--max-new-tokens", "5", "--context-length", "48", "--out", str(out),
-        "--report-to", "none", *" ".join(trainer).split(),
-    ]  # fmt: skip
+        "--model",
+        str(model),
+        "--reward",
+        "tests.toy:fraction_good",
+        "--prompt-source",
+        "rotten_tomatoes",
+        "--batch-size",
+        "8",
+        "--mini-batch-size",
+        "4",
+        "--ppo-epochs",
+        "2",
+        "--lr",
+        "1e-2",
+        "--min-new-tokens",
+        "3",
+        "--max-new-tokens",
+        "5",
+        "--context-length",
+        "48",
+        "--out",
+        str(out),
+        "--report-to",
+        "none",
+        *" ".join(trainer).split(),
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     start = time.perf_counter()
     result = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    report = dict(config=config, processes=processes, returncode=result.returncode,
-                  seconds=round(time.perf_counter() - start, 1))  # fmt: skip
+    report = dict(
+        config=config, processes=processes, returncode=result.returncode, seconds=round(time.perf_counter() - start, 1)
+    )
     if result.returncode != 0:
         report["stderr_tail"] = result.stderr[-3000:]
     return report
@@ -93,7 +123,7 @@ def compare(model: Path, tmp: Path, processes: int, name: str, extra: str) -> di
     report["max_abs_difference"] = {
         n: {part: max_difference(fsdp["learners"][n][part], dp["learners"][n][part]) for part in ("model", "optimizer")}
         for n in dp["learners"]
-    }  # fmt: skip
+    }
     report["whole_tensors_on_cpu"] = all(
         t.device.type == "cpu" for s in fsdp["learners"].values() for t in s["model"].values()
     )
@@ -101,9 +131,10 @@ def compare(model: Path, tmp: Path, processes: int, name: str, extra: str) -> di
     processes = fsdp.get("processes") or [{"weights_sha256": saved}]  # none with one process
     report["processes_agree"] = all(p["weights_sha256"] == saved for p in processes)
     report["ok"] = (
-        report["whole_tensors_on_cpu"] and report["processes_agree"]
+        report["whole_tensors_on_cpu"]
+        and report["processes_agree"]
         and all(d["model"] < 1e-4 and d["optimizer"] < 1e-4 for d in report["max_abs_difference"].values())
-    )  # fmt: skip
+    )
     return report
 
 
@@ -114,16 +145,25 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("no CUDA device: this check is for a GPU machine (tests/test_fsdp.py covers the CPU paths)")
     processes = min(2, torch.cuda.device_count())
-    report: dict = {"gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
-                    "torch": torch.__version__, "processes": processes}  # fmt: skip
+    report: dict = {
+        "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
+        "torch": torch.__version__,
+        "processes": processes,
+    }
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
         model = save_tiny_llama(tmp / "model", toy_tokenizer())
         for name, extra in [("cory", "--algo cory"), ("ppo", "--algo ppo --gradient-accumulation-steps 2")]:
             report[name] = compare(model, tmp, processes, name, extra)
             print(name, json.dumps(report[name], indent=2), flush=True)
-        bf16 = launch("fsdp.yaml", processes, model, tmp / "bf16", "--iterations 2 --bf16 --algo cory",
-                      "--fsdp_reshard_after_forward false")  # fmt: skip
+        bf16 = launch(
+            "fsdp.yaml",
+            processes,
+            model,
+            tmp / "bf16",
+            "--iterations 2 --bf16 --algo cory",
+            "--fsdp_reshard_after_forward false",
+        )
         if bf16["returncode"] == 0:
             metrics = pd.read_csv(tmp / "bf16" / "metrics.csv")
             bf16["metrics_finite"] = bool(np.isfinite(metrics.drop(columns=["iteration"]).to_numpy(float)).all())

@@ -110,9 +110,20 @@ def child(spec: dict) -> None:
                 trainer.run_iteration()
             flops = counter.get_total_flops()
     rate = gemm_rate(config.device if config.device != "auto" else "cpu", config.bf16)
-    print("RESULT " + json.dumps({"seconds": statistics.median(times), "times": times, "peak_gb": peak_gb,
-                                  "page_faults": faults, "kernel_s": kernel_s, "flops": flops,
-                                  "gemm_flops_per_s": rate}))
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "seconds": statistics.median(times),
+                "times": times,
+                "peak_gb": peak_gb,
+                "page_faults": faults,
+                "kernel_s": kernel_s,
+                "flops": flops,
+                "gemm_flops_per_s": rate,
+            }
+        )
+    )
 
 
 def run(name: str, config: dict, iterations: int, count_flops: bool) -> dict:
@@ -125,9 +136,12 @@ def run(name: str, config: dict, iterations: int, count_flops: bool) -> dict:
     if line is None:
         raise RuntimeError(f"{name} failed:\n{proc.stderr[-3000:]}")
     result = json.loads(line[len("RESULT ") :])
-    print(f"  {name:40s} {result['seconds']:6.2f} s   peak {result['peak_gb']:5.2f} GB   matmul rate "
-          f"{result['gemm_flops_per_s'] / 1e9:3.0f} GFLOP/s   {result['page_faults']:,.0f} page faults, "
-          f"{result['kernel_s']:.1f} s in the kernel per iteration", flush=True)  # fmt: skip
+    print(
+        f"  {name:40s} {result['seconds']:6.2f} s   peak {result['peak_gb']:5.2f} GB   matmul rate "
+        f"{result['gemm_flops_per_s'] / 1e9:3.0f} GFLOP/s   {result['page_faults']:,.0f} page faults, "
+        f"{result['kernel_s']:.1f} s in the kernel per iteration",
+        flush=True,
+    )
     return result
 
 
@@ -158,50 +172,95 @@ def main() -> None:
     p.add_argument("--new-tokens", type=int, default=10, help="tokens per response (fixed)")
     p.add_argument("--ppo-epochs", type=int, default=4, help="PPO epochs")
     p.add_argument("--kl-estimator", default="full", help="KL estimator of the penalty")
-    p.add_argument("--learner", default="ppo", choices=("ppo", "grpo", "rloo"),
-                   help="each agent's learning algorithm (PPO and CORY alike)")
+    p.add_argument(
+        "--learner",
+        default="ppo",
+        choices=("ppo", "grpo", "rloo"),
+        help="each agent's learning algorithm (PPO and CORY alike)",
+    )
     p.add_argument("--group-size", type=int, default=4, help="grpo/rloo: responses per prompt")
-    p.add_argument("--task", default="sentiment", choices=("sentiment", "gsm8k"),
-                   help="sentiment: Rotten Tomatoes prompts, VADER; gsm8k: the offline problems")
-    p.add_argument("--rounds", type=int, default=3,
-                   help="rounds; each runs every configuration once, in a fresh process (warm-up, then --iterations)")
+    p.add_argument(
+        "--task",
+        default="sentiment",
+        choices=("sentiment", "gsm8k"),
+        help="sentiment: Rotten Tomatoes prompts, VADER; gsm8k: the offline problems",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds; each runs every configuration once, in a fresh process (warm-up, then --iterations)",
+    )
     p.add_argument("--iterations", type=int, default=1, help="measured iterations per configuration and round")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
     p.add_argument("--no-lora", action="store_true", help="skip the LoRA configurations")
     p.add_argument("--lora-only", action="store_true", help="only the LoRA configurations")
     p.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in backward")
-    p.add_argument("--gradient-checkpointing-observer", action="store_true",
-                   help="CORY: recompute activations in the observer's update only (PPO runs without)")
-    p.add_argument("--host-memory-ablation", action="store_true",
-                   help="also run CORY with glibc's default malloc (freed memory returned to the OS, page faults on reuse)")
-    p.add_argument("--cpu-linear-ablation", action="store_true",
-                   help="also run CORY with plain nn.Linear layers (no agents.speed.cpu_linear layouts)")
-    p.add_argument("--padding-free-ablation", action="store_true",
-                   help="also run CORY with padded scoring and training passes (no agents.speed.padding_free)")
-    p.add_argument("--scoring-reuse-ablation", action="store_true",
-                   help="also run CORY with PPO's separate no-grad scoring pass (no agents.speed.scoring_reuse)")
-    p.add_argument("--chain-lengths", default="", help="also run CORY chains of these lengths, comma-separated "
-                   "(--num-agents; 2 is plain CORY): e.g. 3,4")
+    p.add_argument(
+        "--gradient-checkpointing-observer",
+        action="store_true",
+        help="CORY: recompute activations in the observer's update only (PPO runs without)",
+    )
+    p.add_argument(
+        "--host-memory-ablation",
+        action="store_true",
+        help="also run CORY with glibc's default malloc (freed memory returned to the OS, page faults on reuse)",
+    )
+    p.add_argument(
+        "--cpu-linear-ablation",
+        action="store_true",
+        help="also run CORY with plain nn.Linear layers (no agents.speed.cpu_linear layouts)",
+    )
+    p.add_argument(
+        "--padding-free-ablation",
+        action="store_true",
+        help="also run CORY with padded scoring and training passes (no agents.speed.padding_free)",
+    )
+    p.add_argument(
+        "--scoring-reuse-ablation",
+        action="store_true",
+        help="also run CORY with PPO's separate no-grad scoring pass (no agents.speed.scoring_reuse)",
+    )
+    p.add_argument(
+        "--chain-lengths",
+        default="",
+        help="also run CORY chains of these lengths, comma-separated (--num-agents; 2 is plain CORY): e.g. 3,4",
+    )
     p.add_argument("--model", default="smollm2-135m", help="model name or path")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--plot", default="", help="also write a PNG of the results here (seconds split into the "
-                   "matmul floor and the rest; peak memory)")
+    p.add_argument(
+        "--plot",
+        default="",
+        help="also write a PNG of the results here (seconds split into the matmul floor and the rest; peak memory)",
+    )
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         return child(json.loads(args.child))
 
     common = dict(
-        batch_size=args.batch_size, mini_batch_size=args.mini_batch_size, ppo_epochs=args.ppo_epochs,
-        min_new_tokens=args.new_tokens, max_new_tokens=args.new_tokens, kl_estimator=args.kl_estimator,
-        bf16=args.bf16, gradient_checkpointing=args.gradient_checkpointing, checkpoint_every=10**6, model=args.model,
-        device=args.device, learner=args.learner, group_size=args.group_size, task=args.task,
-    )  # fmt: skip
+        batch_size=args.batch_size,
+        mini_batch_size=args.mini_batch_size,
+        ppo_epochs=args.ppo_epochs,
+        min_new_tokens=args.new_tokens,
+        max_new_tokens=args.new_tokens,
+        kl_estimator=args.kl_estimator,
+        bf16=args.bf16,
+        gradient_checkpointing=args.gradient_checkpointing,
+        checkpoint_every=10**6,
+        model=args.model,
+        device=args.device,
+        learner=args.learner,
+        group_size=args.group_size,
+        task=args.task,
+    )
     if args.task == "sentiment":
         common["prompt_source"] = "rotten_tomatoes"
     print(f"settings: {json.dumps(common)}")
     cory_only = {"cory": {"gradient_checkpointing_observer": True}} if args.gradient_checkpointing_observer else {}
-    configs = {algo: dict(common, algo=algo, **cory_only.get(algo, {})) for algo in ("ppo", "cory") if not args.lora_only}
+    configs = {
+        algo: dict(common, algo=algo, **cory_only.get(algo, {})) for algo in ("ppo", "cory") if not args.lora_only
+    }
     ablations = [ABLATIONS[flag] for flag in ABLATIONS if getattr(args, flag) and not args.lora_only]
     configs |= {name: dict(common, algo="cory", **cory_only.get("cory", {}), **changes) for name, changes in ablations}
     chains = [int(n) for n in args.chain_lengths.split(",") if n.strip()]
@@ -209,7 +268,9 @@ def main() -> None:
         p.error("--chain-lengths: give chains of 3 or more agents (2 is plain CORY, always run)")
     if chains and args.lora_only:
         p.error("--chain-lengths compares full fine-tuning runs: drop --lora-only")
-    configs |= {f"cory, {n} agents": dict(common, algo="cory", num_agents=n, **cory_only.get("cory", {})) for n in chains}
+    configs |= {
+        f"cory, {n} agents": dict(common, algo="cory", num_agents=n, **cory_only.get("cory", {})) for n in chains
+    }
     if not args.no_lora:
         configs |= {f"{a}+lora": dict(common, algo=a, lora=True, **cory_only.get(a, {})) for a in ("ppo", "cory")}
     # Round by round, every configuration once: the machine's speed drifts by several percent over
@@ -223,9 +284,11 @@ def main() -> None:
     print()
     for name, res in results.items():
         floor = res["flops"] / res["gemm_flops_per_s"]
-        print(f"{name:40s} {res['seconds']:6.2f} s/iteration ({', '.join(f'{t:.1f}' for t in res['times'])})   peak "
-              f"{res['peak_gb']:5.2f} GB   {res['flops'] / 1e12:.2f} TFLOP of matmuls: {floor:.2f} s at the median "
-              f"matmul rate ({res['gemm_flops_per_s'] / 1e9:.0f} GFLOP/s), {floor / res['seconds']:.0%} of the time")  # fmt: skip
+        print(
+            f"{name:40s} {res['seconds']:6.2f} s/iteration ({', '.join(f'{t:.1f}' for t in res['times'])})   peak "
+            f"{res['peak_gb']:5.2f} GB   {res['flops'] / 1e12:.2f} TFLOP of matmuls: {floor:.2f} s at the median "
+            f"matmul rate ({res['gemm_flops_per_s'] / 1e9:.0f} GFLOP/s), {floor / res['seconds']:.0%} of the time"
+        )
 
     t = {k: v["seconds"] for k, v in results.items()}
     m = {k: v["peak_gb"] for k, v in results.items()}
@@ -233,13 +296,17 @@ def main() -> None:
     if not args.lora_only:
         print(f"CORY / PPO time (full fine-tuning):        {paired(results, 'cory', 'ppo')}  (target <= 2.2x)")
         f = {k: v["flops"] for k, v in results.items()}
-        print(f"CORY / PPO matmul FLOPs (the ratio of times on a machine that is compute-bound): "
-              f"{f['cory'] / f['ppo']:.2f}x")
+        print(
+            f"CORY / PPO matmul FLOPs (the ratio of times on a machine that is compute-bound): "
+            f"{f['cory'] / f['ppo']:.2f}x"
+        )
         if at_authors_settings(args, p):
             rs = results["cory"]["round_seconds"]
-            print(f"CORY vs the authors' CORY time:            {t['cory'] / AUTHORS['cory'][0]:.1%} (rounds "
-                  f"{min(rs) / AUTHORS['cory'][0]:.1%}-{max(rs) / AUTHORS['cory'][0]:.1%})  (target <= 40%: "
-                  f"{0.4 * AUTHORS['cory'][0]:.2f} s)")  # one decimal: 40.3% must not read as 40%
+            print(
+                f"CORY vs the authors' CORY time:            {t['cory'] / AUTHORS['cory'][0]:.1%} (rounds "
+                f"{min(rs) / AUTHORS['cory'][0]:.1%}-{max(rs) / AUTHORS['cory'][0]:.1%})  (target <= 40%: "
+                f"{0.4 * AUTHORS['cory'][0]:.2f} s)"
+            )  # one decimal: 40.3% must not read as 40%
             print(f"CORY peak memory vs the authors' 6.0 GB:   {m['cory']:.2f} GB")
             print(f"PPO vs the authors' PPO:                   {t['ppo']:.1f} s vs 15.3 s, {m['ppo']:.2f} GB vs 3.7 GB")
         else:
@@ -248,9 +315,11 @@ def main() -> None:
         print(f"CORY / {name}: {paired(results, 'cory', name)} time, {m['cory'] / m[name]:.2f}x peak memory")
     for n in chains:
         name = f"cory, {n} agents"
-        print(f"CORY of {n} / CORY of 2 agents:               {paired(results, name, 'cory')} time, "
-              f"{m[name] / m['cory']:.2f}x peak memory; / PPO: {paired(results, name, 'ppo')} time, "
-              f"{m[name] / m['ppo']:.2f}x peak memory")
+        print(
+            f"CORY of {n} / CORY of 2 agents:               {paired(results, name, 'cory')} time, "
+            f"{m[name] / m['cory']:.2f}x peak memory; / PPO: {paired(results, name, 'ppo')} time, "
+            f"{m[name] / m['ppo']:.2f}x peak memory"
+        )
     if not args.no_lora:
         print(f"CORY / PPO time (LoRA shared base):        {paired(results, 'cory+lora', 'ppo+lora')}")
         print(f"CORY+LoRA peak / PPO+LoRA peak:            {m['cory+lora'] / m['ppo+lora']:.2f}x  (target <= 1.3x)")
@@ -263,8 +332,20 @@ def main() -> None:
 
 def at_authors_settings(args: argparse.Namespace, parser: argparse.ArgumentParser) -> bool:
     """Whether this run used the settings at which the authors' code was measured: the defaults."""
-    names = ("batch_size", "mini_batch_size", "new_tokens", "ppo_epochs", "kl_estimator", "model", "device", "bf16",
-             "gradient_checkpointing", "gradient_checkpointing_observer", "learner", "task")  # fmt: skip
+    names = (
+        "batch_size",
+        "mini_batch_size",
+        "new_tokens",
+        "ppo_epochs",
+        "kl_estimator",
+        "model",
+        "device",
+        "bf16",
+        "gradient_checkpointing",
+        "gradient_checkpointing_observer",
+        "learner",
+        "task",
+    )
     return all(getattr(args, n) == parser.get_default(n) for n in names)
 
 
@@ -283,20 +364,28 @@ def plot(results: dict[str, dict], path: str, authors: bool) -> None:
     ref_y, our_y = range(len(reference)), range(len(reference), len(names))
     time_ax.barh(ref_y, [r[1] for r in reference], color="tab:gray", label="the CORY authors' code")
     time_ax.barh(our_y, floor, color="tab:blue", label="our matmuls at this machine's matmul rate (floor)")
-    time_ax.barh(our_y, [t - f for t, f in zip(seconds, floor)], left=floor, color="tab:orange",
-                 label="our everything else (measured - floor)")  # fmt: skip
+    time_ax.barh(
+        our_y,
+        [t - f for t, f in zip(seconds, floor)],
+        left=floor,
+        color="tab:orange",
+        label="our everything else (measured - floor)",
+    )
     mem_ax.barh(ref_y, [r[2] for r in reference], color="tab:gray")
     mem_ax.barh(our_y, [r["peak_gb"] for r in ours], color="tab:green")
-    for ax, values, fmt in ((time_ax, [r[1] for r in reference] + seconds, "{:.1f}"),
-                            (mem_ax, [r[2] for r in reference] + [r["peak_gb"] for r in ours], "{:.2f}")):  # fmt: skip
+    for ax, values, fmt in (
+        (time_ax, [r[1] for r in reference] + seconds, "{:.1f}"),
+        (mem_ax, [r[2] for r in reference] + [r["peak_gb"] for r in ours], "{:.2f}"),
+    ):
         for i, v in enumerate(values):
             ax.text(v, i, " " + fmt.format(v), va="center", fontsize=8)
         ax.set_yticks(range(len(names)), names if ax is time_ax else [""] * len(names))
         ax.invert_yaxis()
         ax.margins(x=0.12)
     if authors:
-        time_ax.axvline(0.4 * AUTHORS["cory"][0], color="k", linestyle="--", linewidth=1,
-                        label="target: 40% of the authors' CORY")  # fmt: skip
+        time_ax.axvline(
+            0.4 * AUTHORS["cory"][0], color="k", linestyle="--", linewidth=1, label="target: 40% of the authors' CORY"
+        )
     time_ax.set(xlabel="seconds per iteration", title="time")
     mem_ax.set(xlabel="peak memory (GB)", title="memory")
     time_ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), fontsize=7, ncol=2)

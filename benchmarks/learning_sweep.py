@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
+from agents.evaluation.statistics import reward_rise
 from agents.training.metrics import read_metrics
 from agents.training.plots import plot_comparison
-from agents.evaluation.statistics import reward_rise
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,7 +51,7 @@ SETTINGS: dict[str, list[str]] = {
     "b32-epochs1": [*B32, "--ppo-epochs", "1", "--lr", "1.41e-5", "--kl-coef", "0.05"],
     "b32-epochs1-lr3e-5": [*B32, "--ppo-epochs", "1", "--lr", "3e-5", "--kl-coef", "0.05"],
     "cory-b32-epochs1-lr3e-5": [*B32, "--ppo-epochs", "1", "--lr", "3e-5", "--kl-coef", "0.05", "--algo", "cory"],
-}  # fmt: skip
+}
 
 
 def run_dir(root: Path, name: str, seed: int) -> Path:
@@ -69,8 +69,19 @@ def train(name: str, seed: int, iterations: int, root: Path) -> None:
     if finished(out, iterations):
         return
     resume = ["--resume"] if (out / "checkpoints").exists() else ["--overwrite"]
-    cmd = [sys.executable, str(ROOT / "examples" / "train_cory.py"), *COMMON, *SETTINGS[name],
-           "--iterations", str(iterations), "--seed", str(seed), "--out", str(out), *resume]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(ROOT / "examples" / "train_cory.py"),
+        *COMMON,
+        *SETTINGS[name],
+        "--iterations",
+        str(iterations),
+        "--seed",
+        str(seed),
+        "--out",
+        str(out),
+        *resume,
+    ]
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with open(out / "train.log", "a") as log:
@@ -85,20 +96,44 @@ def summarise(name: str, seed: int, root: Path) -> list[dict[str, float | str]]:
     batch = json.loads((out / "config.json").read_text())["batch_size"]
     rows = []
     for learner in sorted({c.split("/")[0] for c in df.columns if c.endswith("/task_reward_mean")}):
-        col = lambda k: df[f"{learner}/{k}"].to_numpy(dtype=float)  # noqa: E731
+        col = lambda k, learner=learner: df[f"{learner}/{k}"].to_numpy(dtype=float)
         rise = reward_rise(col("task_reward_mean"), col("task_reward_std"), batch)
-        rows.append(dict(
-            setting=name, seed=seed, learner=learner, iterations=len(df), first=rise["first"], last=rise["last"],
-            z=rise["z"], kl_end=float(np.mean(col("kl")[-3:])), approx_kl=float(np.mean(col("approx_kl"))),
-            clipfrac=float(np.mean(col("clipfrac"))), explained_variance=float(np.mean(col("explained_variance")[-3:])),
-            entropy_end=float(np.mean(col("entropy")[-3:])), minutes=float(df["seconds"].sum()) / 60,
-        ))  # fmt: skip
+        rows.append(
+            dict(
+                setting=name,
+                seed=seed,
+                learner=learner,
+                iterations=len(df),
+                first=rise["first"],
+                last=rise["last"],
+                z=rise["z"],
+                kl_end=float(np.mean(col("kl")[-3:])),
+                approx_kl=float(np.mean(col("approx_kl"))),
+                clipfrac=float(np.mean(col("clipfrac"))),
+                explained_variance=float(np.mean(col("explained_variance")[-3:])),
+                entropy_end=float(np.mean(col("entropy")[-3:])),
+                minutes=float(df["seconds"].sum()) / 60,
+            )
+        )
     return rows
 
 
 def markdown(rows: list[dict[str, float | str]]) -> str:
-    head = ["setting", "seed", "learner", "iterations", "first", "last", "z", "kl_end", "approx_kl", "clipfrac",
-            "explained_variance", "entropy_end", "minutes"]  # fmt: skip
+    head = [
+        "setting",
+        "seed",
+        "learner",
+        "iterations",
+        "first",
+        "last",
+        "z",
+        "kl_end",
+        "approx_kl",
+        "clipfrac",
+        "explained_variance",
+        "entropy_end",
+        "minutes",
+    ]
     cell = lambda v: f"{v:.3f}" if isinstance(v, float) else str(v)  # noqa: E731
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(cell(r[h]) for h in head) + " |" for r in rows]
@@ -110,11 +145,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated names of SETTINGS")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds")
     parser.add_argument("--iterations", type=int, default=40, help="iterations per run")
-    parser.add_argument("--root", default=str(Path.home() / ".cache" / "cory_env" / "sweeps"),
-                        help="where the runs live (outside the work tree; reused on a rerun)")  # fmt: skip
-    parser.add_argument("--report", default="",
-                        help="also write to this folder: table.md, curves.png (task reward and KL by setting, mean "
-                             "over seeds) and every run's metrics.csv and config.json in <setting>-seed<N>/")  # fmt: skip
+    parser.add_argument(
+        "--root",
+        default=str(Path.home() / ".cache" / "cory_env" / "sweeps"),
+        help="where the runs live (outside the work tree; reused on a rerun)",
+    )
+    parser.add_argument(
+        "--report",
+        default="",
+        help="also write to this folder: table.md, curves.png (task reward and KL by setting, mean "
+        "over seeds) and every run's metrics.csv and config.json in <setting>-seed<N>/",
+    )
     parser.add_argument("--list", action="store_true", help="print the settings and their flags, then exit")
     args = parser.parse_args(argv)
     if args.list:

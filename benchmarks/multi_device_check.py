@@ -32,8 +32,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agents.training.checkpoint import latest_checkpoint, load_checkpoint  # noqa: E402
 from agents.distributed.data_parallel import fingerprint  # noqa: E402
+from agents.training.checkpoint import latest_checkpoint, load_checkpoint  # noqa: E402
 from agents.training.config import TrainConfig  # noqa: E402
 from agents.training.trainer import Trainer  # noqa: E402
 from tests.toy import fraction_good, save_tiny_llama, toy_tokenizer  # noqa: E402
@@ -43,10 +43,21 @@ PROMPTS = ["the movie was", "the plot is", "acting is very"]
 
 def learner_placement(model: Path, out: Path, devices: str) -> dict:
     config = TrainConfig(
-        model=str(model), algo="cory", learner_devices=devices, iterations=2, batch_size=16, mini_batch_size=8,
-        ppo_epochs=2, lr=1e-2, min_new_tokens=4, max_new_tokens=6, context_length=48, out=str(out),
-        report_to="none", role_exchange_period=1,
-    )  # fmt: skip
+        model=str(model),
+        algo="cory",
+        learner_devices=devices,
+        iterations=2,
+        batch_size=16,
+        mini_batch_size=8,
+        ppo_epochs=2,
+        lr=1e-2,
+        min_new_tokens=4,
+        max_new_tokens=6,
+        context_length=48,
+        out=str(out),
+        report_to="none",
+        role_exchange_period=1,
+    )
     for i in range(torch.cuda.device_count()):
         torch.cuda.reset_peak_memory_stats(i)
     trainer = Trainer(config, prompts=PROMPTS, reward_fn=fraction_good)
@@ -55,8 +66,11 @@ def learner_placement(model: Path, out: Path, devices: str) -> dict:
     for name, learner in trainer.learners.items():
         model_devices = {str(p.device) for p in learner.model.parameters()}
         reference_devices = {str(p.device) for p in learner.reference.parameters()}
-        placement[name] = dict(model=sorted(model_devices), reference=sorted(reference_devices),
-                               sampling_generator=str(learner.sampling_generator.device))  # fmt: skip
+        placement[name] = dict(
+            model=sorted(model_devices),
+            reference=sorted(reference_devices),
+            sampling_generator=str(learner.sampling_generator.device),
+        )
         want = wanted[name].type
         ok = all(torch.device(d).type == want for d in model_devices | reference_devices)
         assert ok and learner.sampling_generator.device.type == want, (name, placement[name])
@@ -69,11 +83,16 @@ def learner_placement(model: Path, out: Path, devices: str) -> dict:
     assert finite, metrics
     assert all(before[n] != after[n] for n in before), "a learner did not update"
     return dict(
-        learner_devices=devices, placement=placement, seconds=round(seconds, 2), metrics_finite=finite,
-        weights_changed=True, roles=[m["llm_0/role"] for m in metrics],
-        peak_memory_mib={f"cuda:{i}": round(torch.cuda.max_memory_allocated(i) / 2**20, 1)
-                         for i in range(torch.cuda.device_count())},
-    )  # fmt: skip
+        learner_devices=devices,
+        placement=placement,
+        seconds=round(seconds, 2),
+        metrics_finite=finite,
+        weights_changed=True,
+        roles=[m["llm_0/role"] for m in metrics],
+        peak_memory_mib={
+            f"cuda:{i}": round(torch.cuda.max_memory_allocated(i) / 2**20, 1) for i in range(torch.cuda.device_count())
+        },
+    )
 
 
 def data_parallel_launch(model: Path, out: Path, processes: int) -> dict:
@@ -81,14 +100,43 @@ def data_parallel_launch(model: Path, out: Path, processes: int) -> dict:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-        str(ROOT / "examples" / "accelerate" / "multi_gpu.yaml"), "--num_processes", str(processes),
-        "--main_process_port", str(port), str(ROOT / "examples" / "train_cory.py"),
-        "--model", str(model), "--reward", "tests.toy:fraction_good", "--prompt-source", "rotten_tomatoes",
-        "--batch-size", "8", "--mini-batch-size", "4", "--ppo-epochs", "2", "--lr", "1e-2", "--iterations", "2",
-        "--min-new-tokens", "3", "--max-new-tokens", "5", "--context-length", "48", "--out", str(out),
-        "--report-to", "none",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(ROOT / "examples" / "accelerate" / "multi_gpu.yaml"),
+        "--num_processes",
+        str(processes),
+        "--main_process_port",
+        str(port),
+        str(ROOT / "examples" / "train_cory.py"),
+        "--model",
+        str(model),
+        "--reward",
+        "tests.toy:fraction_good",
+        "--prompt-source",
+        "rotten_tomatoes",
+        "--batch-size",
+        "8",
+        "--mini-batch-size",
+        "4",
+        "--ppo-epochs",
+        "2",
+        "--lr",
+        "1e-2",
+        "--iterations",
+        "2",
+        "--min-new-tokens",
+        "3",
+        "--max-new-tokens",
+        "5",
+        "--context-length",
+        "48",
+        "--out",
+        str(out),
+        "--report-to",
+        "none",
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     start = time.perf_counter()
     result = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)

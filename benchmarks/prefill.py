@@ -47,9 +47,20 @@ def main() -> None:
     from cory_env.models import hugging_face_model
 
     tokens = args.new_tokens or (48 if args.task == "gsm8k" else 10)
-    settings = dict(algo="cory", task=args.task, learner=args.learner, group_size=args.group_size, model=args.model,
-                    batch_size=args.batch_size, mini_batch_size=args.batch_size, min_new_tokens=tokens,
-                    max_new_tokens=tokens, device="cpu", checkpoint_every=10**6, report_to="none")  # fmt: skip
+    settings = dict(
+        algo="cory",
+        task=args.task,
+        learner=args.learner,
+        group_size=args.group_size,
+        model=args.model,
+        batch_size=args.batch_size,
+        mini_batch_size=args.batch_size,
+        min_new_tokens=tokens,
+        max_new_tokens=tokens,
+        device="cpu",
+        checkpoint_every=10**6,
+        report_to="none",
+    )
     if args.task == "sentiment":
         settings["prompt_source"] = "rotten_tomatoes"
     prefilled: dict[str, dict[str, np.ndarray]] = {}
@@ -89,11 +100,15 @@ def main() -> None:
         for name in total:
             total[name] += median[name]
         gap = float((logits["padding-free"] - logits["padded"]).abs().max())
-        print(f"{agent}: {mask.shape[0]} prompts, {int(mask.sum())} real tokens in {mask.shape[0]} x {width} columns: "
-              f"padding-free {median['padding-free']:.3f} s, padded {median['padded']:.3f} s, "
-              f"ratio {median['padding-free'] / median['padded']:.2f}x; next-token logits apart by at most {gap:.1e}")  # fmt: skip
-    print(f"both prefills: padding-free {total['padding-free']:.3f} s, padded {total['padded']:.3f} s, "
-          f"ratio {total['padding-free'] / total['padded']:.2f}x")  # fmt: skip
+        print(
+            f"{agent}: {mask.shape[0]} prompts, {int(mask.sum())} real tokens in {mask.shape[0]} x {width} columns: "
+            f"padding-free {median['padding-free']:.3f} s, padded {median['padded']:.3f} s, "
+            f"ratio {median['padding-free'] / median['padded']:.2f}x; next-token logits apart by at most {gap:.1e}"
+        )
+    print(
+        f"both prefills: padding-free {total['padding-free']:.3f} s, padded {total['padded']:.3f} s, "
+        f"ratio {total['padding-free'] / total['padded']:.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -63,9 +63,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from agents.evaluation.statistics import mean_ci, welch_test
 from agents.training.metrics import SAMPLES_FILE, read_metrics
 from agents.training.plots import learner_columns, plot_comparison, plot_kl_vs_reward
-from agents.evaluation.statistics import mean_ci, welch_test
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_SCRIPT = REPO / "examples" / "train_cory.py"
@@ -80,8 +80,17 @@ CONFIGS: dict[str, list[str]] = {
 }
 COMMON = ["--checkpoint-every", "5", "--report-to", "none", "--save-model", "false"]
 #: Flags the study sets itself: a pass-through flag may not set them.
-PER_RUN = ("--algo", "--seed", "--out", "--resume", "--overwrite", "--iterations", "--no-knowledge-transfer",
-           "--no-role-exchange", "--num-agents")  # fmt: skip
+PER_RUN = (
+    "--algo",
+    "--seed",
+    "--out",
+    "--resume",
+    "--overwrite",
+    "--iterations",
+    "--no-knowledge-transfer",
+    "--no-role-exchange",
+    "--num-agents",
+)
 BASELINE, FULL, ABLATIONS = "ppo", "cory", ("cory-no-kt", "cory-no-rex")
 #: The paper's configurations: what the study runs and reports unless --configs says otherwise.
 PAPER_CONFIGS = (BASELINE, FULL, *ABLATIONS)
@@ -116,12 +125,24 @@ def checkpointed(out: Path) -> int:
     return int(names[-1].removeprefix("iter_")) + 1 if names else 0
 
 
-def command(config: str, seed: int, iterations: int, root: Path, flags: list[str],
-            configs: dict[str, list[str]] = CONFIGS) -> list[str]:  # fmt: skip
+def command(
+    config: str, seed: int, iterations: int, root: Path, flags: list[str], configs: dict[str, list[str]] = CONFIGS
+) -> list[str]:
     """The train_cory.py command line of one run of ``configs[config]`` (without --resume / --overwrite)."""
     out = run_dir(root, config, seed)
-    return [sys.executable, str(TRAIN_SCRIPT), *configs[config], *COMMON, *flags, "--iterations", str(iterations),
-            "--seed", str(seed), "--out", str(out)]  # fmt: skip
+    return [
+        sys.executable,
+        str(TRAIN_SCRIPT),
+        *configs[config],
+        *COMMON,
+        *flags,
+        "--iterations",
+        str(iterations),
+        "--seed",
+        str(seed),
+        "--out",
+        str(out),
+    ]
 
 
 class Stopped(Exception):
@@ -132,8 +153,15 @@ class Stopped(Exception):
         self.code = code
 
 
-def train(config: str, seed: int, iterations: int, root: Path, flags: list[str], label: str,
-          configs: dict[str, list[str]] = CONFIGS) -> None:  # fmt: skip
+def train(
+    config: str,
+    seed: int,
+    iterations: int,
+    root: Path,
+    flags: list[str],
+    label: str,
+    configs: dict[str, list[str]] = CONFIGS,
+) -> None:
     """Train one run of ``configs[config]`` to ``iterations``: skip it if finished, continue it if
     stopped, else start it."""
     out = run_dir(root, config, seed)
@@ -146,8 +174,9 @@ def train(config: str, seed: int, iterations: int, root: Path, flags: list[str],
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with open(out / "train.log", "a") as log:
-        child = subprocess.Popen([*command(config, seed, iterations, root, flags, configs), *how], stdout=log,
-                                 stderr=subprocess.STDOUT)  # fmt: skip
+        child = subprocess.Popen(
+            [*command(config, seed, iterations, root, flags, configs), *how], stdout=log, stderr=subprocess.STDOUT
+        )
         previous = signal.signal(signal.SIGTERM, lambda signum, _: child.send_signal(signum))
         try:
             try:
@@ -162,16 +191,20 @@ def train(config: str, seed: int, iterations: int, root: Path, flags: list[str],
         lines = (out / "train.log").read_text(errors="replace").replace("\r", "\n").splitlines()
         tail = "\n".join([line for line in lines if line.strip()][-30:])  # progress bars redraw with \r
         raise RuntimeError(f"{config} seed {seed} failed (exit status {code}); {out / 'train.log'} ends:\n{tail}")
-    print(f"{label} {config} seed {seed}: {iterations - done} iterations in {time.perf_counter() - start:.0f} s",
-          flush=True)  # fmt: skip
+    print(
+        f"{label} {config} seed {seed}: {iterations - done} iterations in {time.perf_counter() - start:.0f} s",
+        flush=True,
+    )
 
 
 def check_flags(root: Path, flags: list[str]) -> None:
     """Refuse to mix runs trained with other pass-through flags in one --root; record them otherwise."""
     path = root / STUDY_FILE
     if path.exists() and (saved := json.loads(path.read_text())["flags"]) != flags:
-        raise SystemExit(f"{root} holds a study trained with the flags {saved or 'none'}, not {flags or 'none'}: "
-                         f"give the same flags, or another --root")  # fmt: skip
+        raise SystemExit(
+            f"{root} holds a study trained with the flags {saved or 'none'}, not {flags or 'none'}: "
+            f"give the same flags, or another --root"
+        )
     root.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"flags": flags}) + "\n")
 
@@ -248,8 +281,10 @@ def p_value(p: float) -> str:
 
 def difference(test: dict[str, float]) -> str:
     """``+0.120 [+0.010, +0.230], p 0.041``: a Welch difference, its 95% interval and p-value."""
-    return f"{num(test['difference'], True)} [{num(test['ci_low'], True)}, {num(test['ci_high'], True)}], " \
-           f"p {p_value(test['p_value'])}"  # fmt: skip
+    return (
+        f"{num(test['difference'], True)} [{num(test['ci_low'], True)}, {num(test['ci_high'], True)}], "
+        f"p {p_value(test['p_value'])}"
+    )
 
 
 def cell(stats: dict[str, float]) -> str:
@@ -279,8 +314,12 @@ class Study:
         return [r.last - r.first for r in self.runs.get(config, []) if math.isfinite(r.last - r.first)]
 
     def incomplete(self, configs: tuple[str, ...]) -> list[str]:
-        return [f"{r.config} seed {r.seed} ({r.iterations} of {self.iterations} iterations)"
-                for c in configs for r in self.runs.get(c, []) if r.iterations < self.iterations]  # fmt: skip
+        return [
+            f"{r.config} seed {r.seed} ({r.iterations} of {self.iterations} iterations)"
+            for c in configs
+            for r in self.runs.get(c, [])
+            if r.iterations < self.iterations
+        ]
 
     def welch(self, a: str, b: str, metric: str, scale_b: float = 1.0) -> dict[str, float]:
         return welch_test(self.values(a, metric), [scale_b * v for v in self.values(b, metric)], CONFIDENCE)
@@ -301,11 +340,15 @@ def claim_kl_ratio(study: Study) -> tuple[str, str]:
     ppo_kl, cory_kl = (float(np.mean(study.values(c, "kl") or [math.nan])) for c in (BASELINE, FULL))
     ratio = ppo_kl / cory_kl if cory_kl > 0 else math.nan
     said = {True: "yes", False: "no", None: "undecided"}[similar]
-    numbers = (f"final KL: PPO {num(ppo_kl)}, CORY {num(cory_kl)} (ratio {num(ratio)}); PPO KL - {KL_RATIO:g} x CORY "
-               f"KL = {difference(kl)}; task reward CORY - PPO = {difference(reward)} (similar: {said})")  # fmt: skip
-    rule = (f"supported if the rewards are similar (the {CONFIDENCE:.0%} interval of their Welch difference holds 0, "
-            f"or |difference| < {SIMILAR_REWARD}) and the interval of PPO KL - {KL_RATIO:g} x CORY KL lies above 0; "
-            "not supported if the rewards are not similar or that interval lies below 0; inconclusive otherwise")
+    numbers = (
+        f"final KL: PPO {num(ppo_kl)}, CORY {num(cory_kl)} (ratio {num(ratio)}); PPO KL - {KL_RATIO:g} x CORY "
+        f"KL = {difference(kl)}; task reward CORY - PPO = {difference(reward)} (similar: {said})"
+    )
+    rule = (
+        f"supported if the rewards are similar (the {CONFIDENCE:.0%} interval of their Welch difference holds 0, "
+        f"or |difference| < {SIMILAR_REWARD}) and the interval of PPO KL - {KL_RATIO:g} x CORY KL lies above 0; "
+        "not supported if the rewards are not similar or that interval lies below 0; inconclusive otherwise"
+    )
     return conjunction([similar, side(kl)]), f"{numbers}. Rule: {rule}."
 
 
@@ -315,10 +358,12 @@ def claim_combined_trend(study: Study) -> tuple[str, str]:
     falls = None if side(ppo) is None else not side(ppo)
     w = study.window
     numbers = f"combined reward, last {w} - first {w} iterations: PPO {difference(ppo)}; CORY {difference(cory)}"
-    rule = (f"per seed, the mean combined reward of the last {w} iterations minus that of the first {w}; a one-sample "
-            f"t-test over seeds of those changes against 0 (the batch std of the combined reward is not logged, so "
-            f"the reward-rise z of one run cannot be formed). Supported if PPO's {CONFIDENCE:.0%} interval lies "
-            "below 0 and CORY's above 0; not supported if PPO's lies above 0 or CORY's below 0; inconclusive otherwise")
+    rule = (
+        f"per seed, the mean combined reward of the last {w} iterations minus that of the first {w}; a one-sample "
+        f"t-test over seeds of those changes against 0 (the batch std of the combined reward is not logged, so "
+        f"the reward-rise z of one run cannot be formed). Supported if PPO's {CONFIDENCE:.0%} interval lies "
+        "below 0 and CORY's above 0; not supported if PPO's lies above 0 or CORY's below 0; inconclusive otherwise"
+    )
     return conjunction([falls, side(cory)]), f"{numbers}. Rule: {rule}."
 
 
@@ -328,10 +373,12 @@ def claim_ablations_raise_kl(study: Study) -> tuple[str, str]:
     parts = [side(t) for t in tests.values()]
     reading = {True: "raises it", False: "lowers it", None: "undecided"}
     numbers = "; ".join(f"{a} - cory KL = {difference(t)} ({reading[side(t)]})" for a, t in tests.items())
-    rule = (f"Welch's test of each ablation's final KL against CORY's, read one-sided: it raises the KL if the "
-            f"{CONFIDENCE:.0%} interval of the difference lies above 0 (a one-sided test at "
-            f"{(1 - CONFIDENCE) / 2:.1%}), not if it lies below 0; supported if both raise it, not supported if one "
-            "lowers it, inconclusive otherwise")
+    rule = (
+        f"Welch's test of each ablation's final KL against CORY's, read one-sided: it raises the KL if the "
+        f"{CONFIDENCE:.0%} interval of the difference lies above 0 (a one-sided test at "
+        f"{(1 - CONFIDENCE) / 2:.1%}), not if it lies below 0; supported if both raise it, not supported if one "
+        "lowers it, inconclusive otherwise"
+    )
     return conjunction(parts), f"{numbers}. Rule: {rule}."
 
 
@@ -399,13 +446,23 @@ def write_report(study: Study, root: Path, report: Path, seeds: list[int], flags
     copy_runs(report / "runs", {f"{config}-{out.name}": out for config, dirs in present.items() for out in dirs})
 
     w, level = study.window, f"{CONFIDENCE:.0%}"
-    status = [[r.config, str(r.seed), f"{r.iterations} of {study.iterations}",
-               "finished" if r.iterations >= study.iterations else "stopped" if r.iterations else "not started"]
-              for runs in study.runs.values() for r in runs]  # fmt: skip
-    finals = [[c, str(len(study.values(c, "kl"))), *(cell(over_seeds(study.values(c, m))) for m in METRICS)]
-              for c in study.runs]  # fmt: skip
-    against_ppo = [[c, *(difference(study.welch(c, BASELINE, m)) for m in METRICS)]
-                   for c in study.runs if c != BASELINE]  # fmt: skip
+    status = [
+        [
+            r.config,
+            str(r.seed),
+            f"{r.iterations} of {study.iterations}",
+            "finished" if r.iterations >= study.iterations else "stopped" if r.iterations else "not started",
+        ]
+        for runs in study.runs.values()
+        for r in runs
+    ]
+    finals = [
+        [c, str(len(study.values(c, "kl"))), *(cell(over_seeds(study.values(c, m))) for m in METRICS)]
+        for c in study.runs
+    ]
+    against_ppo = [
+        [c, *(difference(study.welch(c, BASELINE, m)) for m in METRICS)] for c in study.runs if c != BASELINE
+    ]
     trends = []
     for c, runs in study.runs.items():
         first = over_seeds([r.first for r in runs if math.isfinite(r.first)])
@@ -481,19 +538,34 @@ def write_report(study: Study, root: Path, report: Path, seeds: list[int], flags
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     allow_abbrev=False)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (the paper: 3)")
-    parser.add_argument("--iterations", type=int, default=60,
-                        help="iterations per run (the paper: 100; at 60 PPO's KL is still rising)")
-    parser.add_argument("--configs", default=",".join(PAPER_CONFIGS),
-                        help=f"comma-separated configurations to run (of {', '.join(CONFIGS)})")
-    parser.add_argument("--root", default=str(Path.home() / ".cache" / "cory_env" / "reproduce"),
-                        help="where the runs live (outside the work tree; reused on a rerun)")  # fmt: skip
-    parser.add_argument("--report", default=str(REPO / "docs" / "reproduction"),
-                        help="folder of results.md, curves.png, kl_vs_reward.png and runs/")
-    parser.add_argument("--final-window", type=int, default=5,
-                        help="iterations at the end (and at the start) of a run that its final values average")
+    parser.add_argument(
+        "--iterations", type=int, default=60, help="iterations per run (the paper: 100; at 60 PPO's KL is still rising)"
+    )
+    parser.add_argument(
+        "--configs",
+        default=",".join(PAPER_CONFIGS),
+        help=f"comma-separated configurations to run (of {', '.join(CONFIGS)})",
+    )
+    parser.add_argument(
+        "--root",
+        default=str(Path.home() / ".cache" / "cory_env" / "reproduce"),
+        help="where the runs live (outside the work tree; reused on a rerun)",
+    )
+    parser.add_argument(
+        "--report",
+        default=str(REPO / "docs" / "reproduction"),
+        help="folder of results.md, curves.png, kl_vs_reward.png and runs/",
+    )
+    parser.add_argument(
+        "--final-window",
+        type=int,
+        default=5,
+        help="iterations at the end (and at the start) of a run that its final values average",
+    )
     parser.add_argument("--report-only", action="store_true", help="train nothing: the report from what has run")
     parser.add_argument("--list", action="store_true", help="print every configuration's flags, then exit")
     args, flags = parser.parse_known_args(argv)
@@ -523,8 +595,11 @@ def main(argv: list[str] | None = None) -> None:
         print(f"all {len(runs)} runs done ({time.perf_counter() - start:.0f} s)", flush=True)
     elif (root / STUDY_FILE).exists():
         flags = json.loads((root / STUDY_FILE).read_text())["flags"]
-    study = Study({c: [summarise(root, c, s, args.final_window) for s in seeds] for c in configs},
-                  args.iterations, args.final_window)  # fmt: skip
+    study = Study(
+        {c: [summarise(root, c, s, args.final_window) for s in seeds] for c in configs},
+        args.iterations,
+        args.final_window,
+    )
     path = write_report(study, root, Path(args.report), seeds, flags)
     print("", *verdicts(study), "", f"report: {path}", sep="\n")
 

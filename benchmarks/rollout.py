@@ -43,8 +43,8 @@ import time
 import numpy as np
 import torch
 
-from agents.speed.cpu_linear import use_cpu_linear
 from agents.acting.actor import LMActor
+from agents.speed.cpu_linear import use_cpu_linear
 from cory_env import env
 from cory_env.models import EMBEDDED_MODEL, load_causal_lm, load_tokenizer
 from cory_env.tasks.sentiment import sentiment_prompts
@@ -190,10 +190,14 @@ def main() -> None:
     )
     print(f"environment + LMActor: {env_rate:8.1f} new tokens/s  ({per_episode} per episode: 2 turns)")
     print(f"model.generate (x2):   {gen_rate:8.1f} new tokens/s")
-    print(f"ratio env / generate:  {ratio:.3f}  (median of the rounds' ratios; target >= 0.9: "
-          f"{'met' if ratio >= 0.9 else 'NOT met'})")
-    print(f"outside act():         {statistics.median(outside) * 1e6:.0f} us per token step "
-          f"(environment, reset and turn ends, amortised)")
+    print(
+        f"ratio env / generate:  {ratio:.3f}  (median of the rounds' ratios; target >= 0.9: "
+        f"{'met' if ratio >= 0.9 else 'NOT met'})"
+    )
+    print(
+        f"outside act():         {statistics.median(outside) * 1e6:.0f} us per token step "
+        f"(environment, reset and turn ends, amortised)"
+    )
     print(f"decode + reward:       {decode_and_reward_seconds(game) * 1e3:.2f} ms per episode (both turns)")
     busy_after, wall = other_processes_cpu_seconds(), time.perf_counter() - wall_before
     if busy_before is not None and busy_after is not None:

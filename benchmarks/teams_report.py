@@ -62,8 +62,11 @@ def interval(values: list[float]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--root", default=str(Path.home() / ".cache" / "cory_env" / "reproduce"),
-                        help="where benchmarks/reproduce.py keeps the runs")  # fmt: skip
+    parser.add_argument(
+        "--root",
+        default=str(Path.home() / ".cache" / "cory_env" / "reproduce"),
+        help="where benchmarks/reproduce.py keeps the runs",
+    )
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--final-window", type=int, default=5, help="iterations at the end that the finals average")
     parser.add_argument("--report", default=str(REPO / "docs" / "teams"))
@@ -75,31 +78,52 @@ def main(argv: list[str] | None = None) -> None:
     frames = {c: {s: read_metrics(f) for s, f in fs.items()} for c, fs in folders.items()}
     report.mkdir(parents=True, exist_ok=True)
 
-    finals = {c: {m: [float(curve(df, m).iloc[-w:].mean()) for df in dfs.values()] for m in METRICS}
-              for c, dfs in frames.items()}  # fmt: skip
-    lines = [f"Final values: the mean of the last {w} iterations of each run (the mean over its learners), then "
-             f"over seeds, with 95% t-intervals; the difference is Welch's test of 3 agents against 2.", "",
-             "| | " + " | ".join(METRICS.values()) + " |", "|---|" + "---|" * len(METRICS)]  # fmt: skip
+    finals = {
+        c: {m: [float(curve(df, m).iloc[-w:].mean()) for df in dfs.values()] for m in METRICS}
+        for c, dfs in frames.items()
+    }
+    lines = [
+        f"Final values: the mean of the last {w} iterations of each run (the mean over its learners), then "
+        f"over seeds, with 95% t-intervals; the difference is Welch's test of 3 agents against 2.",
+        "",
+        "| | " + " | ".join(METRICS.values()) + " |",
+        "|---|" + "---|" * len(METRICS),
+    ]
     for c, label in CONFIGS.items():
         done = [f"{s}: {len(df)}" for s, df in frames[c].items()]
-        lines.append(f"| {label} (seeds: iterations {', '.join(done) or 'none'}) | "
-                     + " | ".join(interval(finals[c][m]) for m in METRICS) + " |")  # fmt: skip
-    lines.append("| 3 agents - 2 agents | " + " | ".join(
-        difference(welch_test(finals["cory-3-agents"][m], finals["cory"][m], 0.95)) for m in METRICS) + " |")  # fmt: skip
-    lines += ["", f"Final task reward by chain position (whichever learner sits there), mean of the last {w} "
-              "iterations, then over seeds:", ""]  # fmt: skip
+        lines.append(
+            f"| {label} (seeds: iterations {', '.join(done) or 'none'}) | "
+            + " | ".join(interval(finals[c][m]) for m in METRICS)
+            + " |"
+        )
+    lines.append(
+        "| 3 agents - 2 agents | "
+        + " | ".join(difference(welch_test(finals["cory-3-agents"][m], finals["cory"][m], 0.95)) for m in METRICS)
+        + " |"
+    )
+    lines += [
+        "",
+        f"Final task reward by chain position (whichever learner sits there), mean of the last {w} "
+        "iterations, then over seeds:",
+        "",
+    ]
     positions = {c: [by_position(df).iloc[-w:].mean() for df in dfs.values()] for c, dfs in frames.items()}
     width = max((len(p[0]) for p in positions.values() if p), default=0)
-    lines += ["| | " + " | ".join(["pioneer", *[f"observer {k}" for k in range(1, width)]]) + " |",
-              "|---|" + "---|" * width]  # fmt: skip
+    lines += [
+        "| | " + " | ".join(["pioneer", *[f"observer {k}" for k in range(1, width)]]) + " |",
+        "|---|" + "---|" * width,
+    ]
     for c, label in CONFIGS.items():
-        cells = [interval([float(p[k]) for p in positions[c]]) if positions[c] and k < len(positions[c][0]) else ""
-                 for k in range(width)]  # fmt: skip
+        cells = [
+            interval([float(p[k]) for p in positions[c]]) if positions[c] and k < len(positions[c][0]) else ""
+            for k in range(width)
+        ]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += ["", "![curves](teams/curves.png)", "", "![positions](teams/positions.png)"]
 
-    plot_comparison({CONFIGS[c]: list(fs.values()) for c, fs in folders.items() if fs}, report / "curves.png",
-                    metrics=list(METRICS))  # fmt: skip
+    plot_comparison(
+        {CONFIGS[c]: list(fs.values()) for c, fs in folders.items() if fs}, report / "curves.png", metrics=list(METRICS)
+    )
     plot_positions(frames, report / "positions.png")
     copy_runs(report / "runs", {f"{c}-seed{s}": folder for c, fs in folders.items() for s, folder in fs.items()})
     page = Path(args.page)

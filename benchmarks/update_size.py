@@ -29,9 +29,9 @@ import numpy as np
 import torch
 from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
-from agents.speed import padding_free
 from agents.algorithms.advantages import explained_variance, gae, whiten
 from agents.algorithms.kl import token_rewards
+from agents.speed import padding_free
 from agents.training.config import TrainConfig
 from agents.training.trainer import Trainer
 from cory_env.models import hugging_face_model
@@ -45,8 +45,18 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     B = args.batch_size
     with tempfile.TemporaryDirectory() as out:
-        config = TrainConfig(algo="ppo", batch_size=B, mini_batch_size=B, ppo_epochs=1, lr=args.lr, seed=args.seed,
-                             iterations=1, out=out, report_to="none", save_model=False)  # fmt: skip
+        config = TrainConfig(
+            algo="ppo",
+            batch_size=B,
+            mini_batch_size=B,
+            ppo_epochs=1,
+            lr=args.lr,
+            seed=args.seed,
+            iterations=1,
+            out=out,
+            report_to="none",
+            save_model=False,
+        )
         trainer = Trainer(config)
         learner = trainer.learners["pioneer"]
         episode, _ = trainer.rollout()["pioneer"]
@@ -67,14 +77,18 @@ def main(argv: list[str] | None = None) -> None:
     logits, values = forward()
     logprobs = selective_log_softmax(logits, response)
     print(f"batch {B}, response width {T}, {int(mask.sum())} response tokens")
-    print(f"sampled tokens' mean log-prob {logprobs[real].mean():.3f}; the policy's mean entropy "
-          f"{entropy_from_logits(logits)[real].mean():.3f} (equal in expectation)")  # fmt: skip
+    print(
+        f"sampled tokens' mean log-prob {logprobs[real].mean():.3f}; the policy's mean entropy "
+        f"{entropy_from_logits(logits)[real].mean():.3f} (equal in expectation)"
+    )
     for shift in (1, -1):
         shifted = selective_log_softmax(logits, torch.roll(response, shift, dims=1))[real].mean()
         print(f"  the same, tokens shifted by {shift:+d} column: {shifted:.3f}")
     train_logprobs = selective_log_softmax(forward(train=True)[0], response)
-    print(f"scoring pass (eval, no grad) vs training pass: max |log-prob difference| "
-          f"{(train_logprobs - logprobs)[real].abs().max():.2e}")  # fmt: skip
+    print(
+        f"scoring pass (eval, no grad) vs training pass: max |log-prob difference| "
+        f"{(train_logprobs - logprobs)[real].abs().max():.2e}"
+    )
     hugging_face_model(learner.model).set_attn_implementation("sdpa")  # padded passes
     padded = selective_log_softmax(forward()[0], response)
     padding_free.enable(learner.model)
@@ -89,8 +103,10 @@ def main(argv: list[str] | None = None) -> None:
     critics = (("a random value head (as before)", random_values * mask), ("the zero value head", values * mask))
     for name, v in critics:
         advantages, returns = gae(rewards, v, mask, 1.0, 0.95)
-        print(f"advantages with {name}: std {advantages[real].std():.3f} (task reward std {scores.std():.3f}), "
-              f"explained variance {explained_variance(v, returns, mask):.2f}")  # fmt: skip
+        print(
+            f"advantages with {name}: std {advantages[real].std():.3f} (task reward std {scores.std():.3f}), "
+            f"explained variance {explained_variance(v, returns, mask):.2f}"
+        )
     advantages = whiten(gae(rewards, values * mask, mask, 1.0, 0.95)[0], mask)
     T2 = held_out.response_width
     held_response, held_real = held_out.input_ids[:, -T2:], held_out.attention_mask[:, -T2:].bool()
@@ -123,9 +139,11 @@ def main(argv: list[str] | None = None) -> None:
         ratio = change.exp()
         held = held_out_logprobs() - held_before
         corr = np.corrcoef(change.numpy(), advantages[real].numpy())[0, 1]
-        print(f"{name:34s} approx_kl {0.5 * float(change.pow(2).mean()):.4f}  ratio {ratio.min():.2f}-{ratio.max():.2f}  "
-              f"outside clip {float(((ratio - 1).abs() > 0.2).float().mean()):.2f}  corr(change, advantage) {corr:.2f}  "
-              f"held-out batch: approx_kl {0.5 * float(held.pow(2).mean()):.4f}")  # fmt: skip
+        print(
+            f"{name:34s} approx_kl {0.5 * float(change.pow(2).mean()):.4f}  ratio {ratio.min():.2f}-{ratio.max():.2f}  "
+            f"outside clip {float(((ratio - 1).abs() > 0.2).float().mean()):.2f}  corr(change, advantage) {corr:.2f}  "
+            f"held-out batch: approx_kl {0.5 * float(held.pow(2).mean()):.4f}"
+        )
 
     print("one AdamW step on the whole batch (epoch 0's first minibatch), from the same weights:")
     for lr in (args.lr, 1e-5, 3e-6, 1e-6):

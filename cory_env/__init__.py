@@ -13,11 +13,11 @@ import gymnasium
 import pettingzoo
 
 from cory_env.pioneer_observer import (
-    chain_roles,
     OBSERVER,
     PIONEER,
     PioneerObserverEnv,
     PromptTooLongError,
+    chain_roles,
     env,
     parallel_env,
     raw_env,

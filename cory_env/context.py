@@ -45,8 +45,9 @@ class Turn:
     t: int = 0  # steps taken in this turn
 
     @classmethod
-    def start(cls, ids: Sequence[Sequence[int]], texts: list[str], context_length: int, max_new_tokens: int,
-              pad_token_id: int) -> Turn:  # fmt: skip
+    def start(
+        cls, ids: Sequence[Sequence[int]], texts: list[str], context_length: int, max_new_tokens: int, pad_token_id: int
+    ) -> Turn:
         """Lay out tokenized prompts, one per conversation, right-aligned, with room for the response."""
         B, L = len(ids), context_length
         turn = cls(
@@ -113,8 +114,9 @@ def empty_context(pad_token_id: int, num_conversations: int, context_length: int
     return ids, mask
 
 
-def tokenize_fitting(tokenizer: Any, texts: list[str], role: str, context_length: int, max_new_tokens: int,
-                     reserved: int = 0) -> list[list[int]]:  # fmt: skip
+def tokenize_fitting(
+    tokenizer: Any, texts: list[str], role: str, context_length: int, max_new_tokens: int, reserved: int = 0
+) -> list[list[int]]:
     """Tokenize ``role``'s prompts and check that each, plus ``reserved`` tokens (earlier answers
     still to come), leaves room in the window for a response of ``max_new_tokens``."""
     ids = tokenizer(texts)["input_ids"]
@@ -132,8 +134,15 @@ def tokenize_fitting(tokenizer: Any, texts: list[str], role: str, context_length
     return ids
 
 
-def check_prompts_fit(tokenizers: Sequence[Any], role: str, texts: list[str], queries: list[str], extra: int,
-                      context_length: int, max_new_tokens: int) -> None:  # fmt: skip
+def check_prompts_fit(
+    tokenizers: Sequence[Any],
+    role: str,
+    texts: list[str],
+    queries: list[str],
+    extra: int,
+    context_length: int,
+    max_new_tokens: int,
+) -> None:
     """Check at once that every one of ``role``'s prompts (``texts``, rendered from ``queries``),
     plus ``extra`` tokens, fits ``context_length`` in each of ``tokenizers``; the error names how
     many do not, the longest, and the ``context_length`` that would hold them all."""
@@ -150,8 +159,13 @@ def check_prompts_fit(tokenizers: Sequence[Any], role: str, texts: list[str], qu
             )
 
 
-def check_chain_prompts_fit(positions: Iterable[tuple[str, Template, int]], queries: list[str],
-                            tokenizers: Sequence[Any], context_length: int, max_new_tokens: int) -> None:  # fmt: skip
+def check_chain_prompts_fit(
+    positions: Iterable[tuple[str, Template, int]],
+    queries: list[str],
+    tokenizers: Sequence[Any],
+    context_length: int,
+    max_new_tokens: int,
+) -> None:
     """:func:`check_prompts_fit` for every position of a chain, given as ``(role, template, answer
     slots)``: each prompt with the longest response and, in each slot, an earlier answer as long.
     Positions whose prompts are the same (a default chain's later agents) are checked once, as the

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import socket
 import threading
-import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 from urllib.parse import urlsplit
@@ -28,9 +28,15 @@ from urllib.parse import urlsplit
 from cory_env.errors import CoryError
 
 __all__ = [
-    "PROBE_TIMEOUT_S", "DatasetUnavailableError", "forced_offline", "hub_else_embedded", "hub_offline", "hub_reachable",
-    "offline_error_hint", "offline_reason",
-]  # fmt: skip
+    "PROBE_TIMEOUT_S",
+    "DatasetUnavailableError",
+    "forced_offline",
+    "hub_else_embedded",
+    "hub_offline",
+    "hub_reachable",
+    "offline_error_hint",
+    "offline_reason",
+]
 
 T = TypeVar("T")
 
@@ -45,16 +51,29 @@ class DatasetUnavailableError(CoryError, RuntimeError):
 
 
 def hub_else_embedded(
-    hub: Callable[[], Iterable[T]], embedded: Callable[[], Iterable[T]], *, hub_name: str, embedded_name: str,
-    what: str, unit: str, split: str, logger: logging.Logger,
-) -> list[T]:  # fmt: skip
+    hub: Callable[[], Iterable[T]],
+    embedded: Callable[[], Iterable[T]],
+    *,
+    hub_name: str,
+    embedded_name: str,
+    what: str,
+    unit: str,
+    split: str,
+    logger: logging.Logger,
+) -> list[T]:
     """The Hub data set when it can be loaded here, else the embedded one (``source="auto"`` of the
     task loaders); an info line on ``logger`` says which (counting the items as ``unit``), and why."""
     try:
         items = list(hub())
     except DatasetUnavailableError as exc:
-        logger.info("%s: using the embedded %s (%s split), because %s is unavailable: %s",
-                    what, embedded_name, split, hub_name, str(exc).split("\n")[0])  # fmt: skip
+        logger.info(
+            "%s: using the embedded %s (%s split), because %s is unavailable: %s",
+            what,
+            embedded_name,
+            split,
+            hub_name,
+            str(exc).split("\n")[0],
+        )
         return list(embedded())
     logger.info("%s: using %s (%s split, %d %s)", what, hub_name, split, len(items), unit)
     return items

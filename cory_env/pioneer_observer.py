@@ -306,8 +306,10 @@ class PioneerObserverEnv(AECEnv):
         self._empty_contexts = {s: empty_context(s.pad_token_id, B, L) for s in self._speakers}
 
     # Agent 0's (the first learner's) tokens; each agent's own are in its speaker, self.speaker(agent).
-    tokenizer = property(lambda self: self._speakers[0].tokenizer, doc="Agent 0's tokenizer (every agent's, unless "
-                         "the team is of different models: :attr:`tokenizers`).")  # fmt: skip
+    tokenizer = property(
+        lambda self: self._speakers[0].tokenizer,
+        doc="Agent 0's tokenizer (every agent's, unless the team is of different models: :attr:`tokenizers`).",
+    )
     vocab_size = property(lambda self: self._speakers[0].vocab_size, doc="Agent 0's vocabulary size.")
     pad_token_id = property(lambda self: self._speakers[0].pad_token_id, doc="Agent 0's padding token.")
     stop_token_ids = property(lambda self: self._speakers[0].stop_token_ids, doc="The tokens that end agent 0's turn.")
@@ -331,7 +333,6 @@ class PioneerObserverEnv(AECEnv):
     def speaker(self, agent: str) -> Speaker:
         """The :class:`~cory_env.speakers.Speaker` (tokenizer, vocabulary, special tokens) of ``agent``'s seat."""
         return self._speakers[self._slot[agent]]
-
 
     def observation_space(self, agent: str) -> gymnasium.spaces.Dict:
         return self.agent_spaces[self._slot[agent]][0]
@@ -481,7 +482,9 @@ class PioneerObserverEnv(AECEnv):
         k = self.possible_agents.index(agent) + 1
         if k < len(self.possible_agents):  # the next agent answers with the earlier answers in its prompt
             earlier = [self.responses[r] for r in self.possible_agents[:k]]
-            texts = [render(self.templates[k], q, responses=[r[b] for r in earlier]) for b, q in enumerate(self.queries)]
+            texts = [
+                render(self.templates[k], q, responses=[r[b] for r in earlier]) for b, q in enumerate(self.queries)
+            ]
             self._start_turn(self.possible_agents[k], texts)
             self.agent_selection = self.possible_agents[k]
         else:

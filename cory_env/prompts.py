@@ -52,8 +52,7 @@ class PromptList:
         self.prompts = [p if isinstance(p, Prompt) else Prompt(str(p)) for p in prompts]
         if not self.prompts:
             raise UsageError(
-                "the prompt source is empty: give at least one prompt "
-                "(a non-empty list of strings or Prompt objects)"
+                "the prompt source is empty: give at least one prompt (a non-empty list of strings or Prompt objects)"
             )
 
     def __len__(self) -> int:
@@ -79,9 +78,7 @@ def as_prompt_source(prompts: PromptSource | Sequence[Prompt | str]) -> PromptSo
         raise TypeError("prompts must be a list of strings, not a single string: use [prompt]")
     if isinstance(prompts, PromptSource):
         if len(prompts) == 0:
-            raise UsageError(
-                f"the prompt source {type(prompts).__name__} is empty: it must hold at least one prompt"
-            )
+            raise UsageError(f"the prompt source {type(prompts).__name__} is empty: it must hold at least one prompt")
         return prompts
     if isinstance(prompts, Sequence):
         return PromptList(prompts)

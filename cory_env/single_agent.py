@@ -62,10 +62,14 @@ Policy = Callable[[dict[str, np.ndarray]], Any]
 
 def _needs_policy(role: str) -> str:
     if role == OBSERVER:
-        return ("role='observer' needs other_policy, a callable(observation) -> token id that plays the pioneer "
-                "(the observer answers after the pioneer's response)")  # fmt: skip
-    return (f"role={role!r} needs other_policy, a callable(observation) -> token id that plays the chain's other "
-            f"agents (or a mapping {{agent: policy}} with one for each)")  # fmt: skip
+        return (
+            "role='observer' needs other_policy, a callable(observation) -> token id that plays the pioneer "
+            "(the observer answers after the pioneer's response)"
+        )
+    return (
+        f"role={role!r} needs other_policy, a callable(observation) -> token id that plays the chain's other "
+        f"agents (or a mapping {{agent: policy}} with one for each)"
+    )
 
 
 class RoleEnv(gymnasium.Env):
@@ -108,7 +112,7 @@ class RoleEnv(gymnasium.Env):
                 longer = not given and isinstance(role, str) and role.startswith(f"{OBSERVER}_")
                 hint = " (a position of a longer chain: give num_agents=N)" if longer else ""
                 raise ValueError(f"role must be one of {list(roles if given else ROLES)}, got {role!r}{hint}")
-        for name, policy in (other_policy.items() if isinstance(other_policy, Mapping) else [("", other_policy)]):
+        for name, policy in other_policy.items() if isinstance(other_policy, Mapping) else [("", other_policy)]:
             if policy is not None and not callable(policy):
                 hint = (
                     "; for a Stable-Baselines3 model pass `lambda obs: model.predict(obs, deterministic=True)[0]`"
@@ -150,7 +154,9 @@ class RoleEnv(gymnasium.Env):
                     f"RoleEnv trains one fixed position, so do not wrap the environment in RoleExchangeWrapper"
                 )
             if role not in env.possible_agents:
-                raise ValueError(f"role must be one of the environment's agents {list(env.possible_agents)}, got {role!r}")
+                raise ValueError(
+                    f"role must be one of the environment's agents {list(env.possible_agents)}, got {role!r}"
+                )
         base = env.unwrapped
         if base.batched:
             raise ValueError(
@@ -167,8 +173,9 @@ class RoleEnv(gymnasium.Env):
                 f"to train the pioneer alone"
             )
         if not others and other_policy is not None:
-            raise ValueError("other_policy was given but the environment has no observer (a chain of one): "
-                             "the pioneer plays alone")  # fmt: skip
+            raise ValueError(
+                "other_policy was given but the environment has no observer (a chain of one): the pioneer plays alone"
+            )
         if isinstance(other_policy, Mapping) and set(other_policy) != set(others):
             raise ValueError(
                 f"other_policy must map each other agent to its policy: {list(others)}, got {list(other_policy)}"

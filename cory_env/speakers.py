@@ -43,11 +43,15 @@ def make_speakers(
     EOS) are one value for every agent, or a list with one per agent.
     """
     tokenizers = _per_agent(tokenizer, num_agents, "tokenizer", is_one=lambda t: not isinstance(t, (list, tuple)))
-    sizes = _per_agent(vocab_size, num_agents, "vocab_size", is_one=lambda v: v is None or isinstance(v, (int, np.integer)))
+    sizes = _per_agent(
+        vocab_size, num_agents, "vocab_size", is_one=lambda v: v is None or isinstance(v, (int, np.integer))
+    )
     stops = _per_agent(
-        stop_token_ids, num_agents, "stop_token_ids",
+        stop_token_ids,
+        num_agents,
+        "stop_token_ids",
         is_one=lambda s: s is None or all(isinstance(t, (int, np.integer)) for t in s),
-    )  # fmt: skip
+    )
     speakers, made = [], {}
     for i, (tok, size, stop) in enumerate(zip(tokenizers, sizes, stops)):
         key = (id(tok), size, None if stop is None else tuple(stop))

@@ -29,11 +29,10 @@ import inspect
 import re
 import string
 from collections.abc import Callable, Sequence
-from typing import Union
 
 from cory_env.errors import UsageError
 
-Template = Union[str, Callable[[str, str], str]]
+Template = str | Callable[[str, str], str]
 
 #: The pioneer simply continues the review prefix (the paper's IMDB setting).
 SENTIMENT_PIONEER = "{query}"
@@ -89,7 +88,9 @@ def check_template(template: Template, *, allow_response: bool = True, name: str
                 f"{name} {template!r} names {{{f}}}, the answer of agent {numbered[1]}, which does not exist before "
                 f"agent {position + 1} of the chain ({answered}); allowed: {', '.join('{' + a + '}' for a in allowed)}"
             )
-        raise UsageError(f"{name} {template!r} uses unknown field {{{f}}}; allowed: {', '.join('{' + a + '}' for a in allowed)}")
+        raise UsageError(
+            f"{name} {template!r} uses unknown field {{{f}}}; allowed: {', '.join('{' + a + '}' for a in allowed)}"
+        )
     if "query" not in used:
         raise UsageError(f"{name} {template!r} must contain the field {{query}}")
 

@@ -83,8 +83,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  observer {observer['task_reward'][b]:+.3f}  {observer['response'][b]!r}")
         print(f"  collective reward {pioneer['reward'][b]:+.3f}")
     for learner, (reward, info) in finals.items():
-        print(f"\n{learner} played {info['role']}: mean task reward {np.mean(info['task_reward']):+.3f}, "
-              f"mean collective reward {reward:+.3f}")
+        print(
+            f"\n{learner} played {info['role']}: mean task reward {np.mean(info['task_reward']):+.3f}, "
+            f"mean collective reward {reward:+.3f}"
+        )
     tokens = int(pioneer["response_length"].sum() + observer["response_length"].sum())
     print(f"{steps} token steps, {tokens} tokens generated in {elapsed:.1f} s ({tokens / elapsed:.1f} tokens/s)")
 

@@ -20,13 +20,25 @@ from agents.training.plots import plot_comparison, plot_run
 def build_parser() -> argparse.ArgumentParser:
     """The command line (also rendered in docs/cli.md)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--run", action="append", required=True, metavar="LABEL=DIR[,DIR...]",
-                   help="a method's label and its run folders, comma separated (repeat for each method)")
+    p.add_argument(
+        "--run",
+        action="append",
+        required=True,
+        metavar="LABEL=DIR[,DIR...]",
+        help="a method's label and its run folders, comma separated (repeat for each method)",
+    )
     p.add_argument("--out", type=Path, default=Path("comparison.png"), help="PNG file to write")
-    p.add_argument("--metrics", nargs="+", default=["task_reward_mean", "kl", "combined_reward"],
-                   help="per-learner metric names to plot, one subplot each")
-    p.add_argument("--per-run", action="store_true",
-                   help="also write task_reward.png, kl.png, combined_reward.png in every run folder")
+    p.add_argument(
+        "--metrics",
+        nargs="+",
+        default=["task_reward_mean", "kl", "combined_reward"],
+        help="per-learner metric names to plot, one subplot each",
+    )
+    p.add_argument(
+        "--per-run",
+        action="store_true",
+        help="also write task_reward.png, kl.png, combined_reward.png in every run folder",
+    )
     return p
 
 

@@ -27,8 +27,8 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 
 import cory_env
-from agents.training.plots import plot_run
 from agents.integrations.sb3 import RolloutMetricsCallback, episode_rewards, token_policy_kwargs
+from agents.training.plots import plot_run
 from cory_env.tasks.toy import TOY_PROMPTS, add_task_arguments, reward_from_arguments, toy_tokenizer
 
 
@@ -74,9 +74,16 @@ def main(argv: list[str] | None = None) -> None:
     venv = make_vec_env(cory_env.ROLE_ENV_ID, n_envs=args.envs, seed=args.seed, env_kwargs=env_kwargs)
     eval_env = make_vec_env(cory_env.ROLE_ENV_ID, n_envs=args.envs, env_kwargs=env_kwargs)
     model = PPO(
-        "MultiInputPolicy", venv, n_steps=64, batch_size=64, n_epochs=4, learning_rate=args.lr,
-        seed=args.seed, policy_kwargs=token_policy_kwargs(), verbose=0,
-    )  # fmt: skip
+        "MultiInputPolicy",
+        venv,
+        n_steps=64,
+        batch_size=64,
+        n_epochs=4,
+        learning_rate=args.lr,
+        seed=args.seed,
+        policy_kwargs=token_policy_kwargs(),
+        verbose=0,
+    )
 
     eval_seed = args.seed + 10_000  # evaluation prompts apart from the training ones
     before = episode_rewards(model, eval_env, args.eval_episodes, seed=eval_seed)
@@ -88,8 +95,10 @@ def main(argv: list[str] | None = None) -> None:
 
     sem = lambda r: r.std() / np.sqrt(len(r))  # noqa: E731
     print(f"{args.role}: {args.timesteps} steps in {seconds:.1f} s")
-    print(f"mean reward over {args.eval_episodes} episodes: before {before.mean():.3f} ± {sem(before):.3f}, "
-          f"after {after.mean():.3f} ± {sem(after):.3f}")  # fmt: skip
+    print(
+        f"mean reward over {args.eval_episodes} episodes: before {before.mean():.3f} ± {sem(before):.3f}, "
+        f"after {after.mean():.3f} ± {sem(after):.3f}"
+    )
 
     single = cory_env.RoleEnv(**env_kwargs)
     for seed in range(3):

@@ -34,8 +34,6 @@ from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
 
 import cory_env
-from agents.training.metrics import MetricsLogger
-from agents.training.plots import plot_run
 from agents.integrations.torchrl import (
     episode_rewards,
     finished_episode_rewards,
@@ -43,8 +41,9 @@ from agents.integrations.torchrl import (
     token_actor,
     token_critic,
 )
+from agents.training.metrics import MetricsLogger
+from agents.training.plots import plot_run
 from cory_env.tasks.toy import TOY_PROMPTS, add_task_arguments, reward_from_arguments, toy_tokenizer
-
 
 # TorchRL warns for every PettingZoo release but 1.24.3; this one is tested with it (tests/test_torchrl.py).
 warnings.filterwarnings("ignore", message="PettingZoo in TorchRL is tested using version")
@@ -106,22 +105,35 @@ def main(argv: list[str] | None = None) -> None:
         policy = TensorDictSequential(actor, fixed_token_policy(env, other, other_token))
 
     keys = dict(
-        reward=(role, "reward"), done=(role, "done"), terminated=(role, "terminated"),
-        value=(role, "state_value"), advantage=(role, "advantage"), value_target=(role, "value_target"),
-    )  # fmt: skip
+        reward=(role, "reward"),
+        done=(role, "done"),
+        terminated=(role, "terminated"),
+        value=(role, "state_value"),
+        advantage=(role, "advantage"),
+        value_target=(role, "value_target"),
+    )
     advantage = GAE(gamma=0.99, lmbda=0.95, value_network=critic)
     advantage.set_keys(**keys)
     # reduction="none": the per-step losses, masked below to the steps where the role acts.
     loss_module = ClipPPOLoss(
-        actor, critic, clip_epsilon=0.2, entropy_bonus=False, critic_coeff=0.5, loss_critic_type="l2",
-        normalize_advantage=True, reduction="none",
-    )  # fmt: skip
+        actor,
+        critic,
+        clip_epsilon=0.2,
+        entropy_bonus=False,
+        critic_coeff=0.5,
+        loss_critic_type="l2",
+        normalize_advantage=True,
+        reduction="none",
+    )
     loss_module.set_keys(action=(role, "action"), sample_log_prob=(role, "action_log_prob"), **keys)
     optimizer = torch.optim.Adam(loss_module.parameters(), lr=args.lr)
     collector = Collector(
-        env, policy, frames_per_batch=args.frames_per_batch, total_frames=args.frames,
+        env,
+        policy,
+        frames_per_batch=args.frames_per_batch,
+        total_frames=args.frames,
         auto_register_policy_transforms=False,  # the policy keeps no state across steps (no InitTracker needed)
-    )  # fmt: skip
+    )
     buffer = ReplayBuffer(
         storage=LazyTensorStorage(args.frames_per_batch),
         sampler=SamplerWithoutReplacement(),
@@ -157,8 +169,10 @@ def main(argv: list[str] | None = None) -> None:
 
     sem = lambda r: r.std() / np.sqrt(len(r))  # noqa: E731
     print(f"{role}: {args.frames} steps in {seconds:.1f} s")
-    print(f"mean reward over {args.eval_episodes} episodes: before {before.mean():.3f} ± {sem(before):.3f}, "
-          f"after {after.mean():.3f} ± {sem(after):.3f}")  # fmt: skip
+    print(
+        f"mean reward over {args.eval_episodes} episodes: before {before.mean():.3f} ± {sem(before):.3f}, "
+        f"after {after.mean():.3f} ± {sem(after):.3f}"
+    )
     for seed in range(3):
         episode_rewards(eval_env, policy, role, 1, seed=eval_seed + seed)  # one episode, the last one finished
         transcript = eval_env.last_transcript  # by role, texts included

@@ -58,11 +58,20 @@ def forward_inputs(
     batch with positions counting real tokens only, as ``generate``."""
     packed = padding_free.PackedBatch.pack(input_ids, attention_mask, keep) if padding_free.is_enabled(model) else None
     if packed is not None:
-        inputs = dict(input_ids=packed.input_ids, attention_mask=None, position_ids=packed.position_ids,
-                      logits_to_keep=packed.logits_to_keep, packed=packed)  # fmt: skip
+        inputs = dict(
+            input_ids=packed.input_ids,
+            attention_mask=None,
+            position_ids=packed.position_ids,
+            logits_to_keep=packed.logits_to_keep,
+            packed=packed,
+        )
         return inputs, packed.unpack
-    inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=generate_positions(attention_mask),
-                  logits_to_keep=keep)  # fmt: skip
+    inputs = dict(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=generate_positions(attention_mask),
+        logits_to_keep=keep,
+    )
     return inputs, _as_is
 
 
@@ -192,8 +201,9 @@ class LMActor:
         if past == 0:  # a turn's prompts: padding-free where the model and masks allow
             inputs, unpack = forward_inputs(self.model, ids, mask, keep=torch.tensor([new - 1], device=device))
         else:  # a token step: only the next token's logits
-            inputs = dict(input_ids=ids, attention_mask=mask, position_ids=generate_positions(mask)[:, -new:],
-                          logits_to_keep=1)  # fmt: skip
+            inputs = dict(
+                input_ids=ids, attention_mask=mask, position_ids=generate_positions(mask)[:, -new:], logits_to_keep=1
+            )
             unpack = _as_is
         cache = self._caches[agent]
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.bf16):

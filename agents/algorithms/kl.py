@@ -60,9 +60,7 @@ def kl_per_token(
     return 0.5 * diff**2
 
 
-def token_rewards(
-    task_rewards: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, kl_coef: float
-) -> torch.Tensor:
+def token_rewards(task_rewards: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, kl_coef: float) -> torch.Tensor:
     """``-kl_coef * kl`` at real tokens, plus ``task_rewards`` (B,) at each row's last real token."""
     mask = mask.to(kl.dtype)
     if (mask.sum(1) == 0).any():

@@ -40,8 +40,12 @@ Result = TypeVar("Result")
 def add_debug_flag(parser: Parser) -> Parser:
     """List ``--debug`` in ``parser``'s help. The flag never reaches the parser (:func:`one_line_errors`
     takes it off the command line first), so it adds nothing to what the parser returns."""
-    parser.add_argument(DEBUG_FLAG, action="store_true", default=argparse.SUPPRESS,
-                        help=f"on an error, show its full traceback (also: {DEBUG_VARIABLE}=1)")  # fmt: skip
+    parser.add_argument(
+        DEBUG_FLAG,
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help=f"on an error, show its full traceback (also: {DEBUG_VARIABLE}=1)",
+    )
     return parser
 
 

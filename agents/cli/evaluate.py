@@ -25,8 +25,9 @@ from agents.evaluation.held_out import EvalConfig, evaluate, format_result
 
 
 def build_parser() -> HfArgumentParser:
-    return add_debug_flag(HfArgumentParser(EvalConfig, description=__doc__,
-                                           formatter_class=argparse.RawDescriptionHelpFormatter))
+    return add_debug_flag(
+        HfArgumentParser(EvalConfig, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    )
 
 
 @one_line_errors

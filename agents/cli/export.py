@@ -15,8 +15,8 @@ import argparse
 from pathlib import Path
 
 from agents.cli.errors import add_debug_flag, one_line_errors
-from agents.training.checkpoint import load_checkpoint
 from agents.evaluation.held_out import find_checkpoint, policy_from_checkpoint, run_folder
+from agents.training.checkpoint import load_checkpoint
 from agents.training.export import MODEL_DIR
 
 
@@ -26,14 +26,23 @@ def _no_reward(queries: list[str], responses: list[str], **_: object) -> list[fl
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", required=True,
-                        help="a run's --out folder (its newest checkpoint) or a checkpoint file")  # fmt: skip
-    parser.add_argument("--out", default="", help=f"where to write <learner>/ folders (default: the run's {MODEL_DIR}/)")
-    parser.add_argument("--trust-checkpoint", action="store_true",
-                        help="also load an old pickle checkpoint (iter_NNNNNN.pt): only your own files, as a pickle "
-                             "can run code; python -m agents.training.checkpoint convert rewrites one in the safe format")  # fmt: skip
-    parser.add_argument("--device", default="cpu",
-                        help="where to rebuild the models (cpu is enough to export; cuda for a --load-in-4bit run)")  # fmt: skip
+    parser.add_argument(
+        "--checkpoint", required=True, help="a run's --out folder (its newest checkpoint) or a checkpoint file"
+    )
+    parser.add_argument(
+        "--out", default="", help=f"where to write <learner>/ folders (default: the run's {MODEL_DIR}/)"
+    )
+    parser.add_argument(
+        "--trust-checkpoint",
+        action="store_true",
+        help="also load an old pickle checkpoint (iter_NNNNNN.pt): only your own files, as a pickle "
+        "can run code; python -m agents.training.checkpoint convert rewrites one in the safe format",
+    )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where to rebuild the models (cpu is enough to export; cuda for a --load-in-4bit run)",
+    )
     return add_debug_flag(parser)
 
 

@@ -34,13 +34,13 @@ from transformers import HfArgumentParser
 
 from agents.cli.errors import add_debug_flag, one_line_errors, refuse_retired_flags
 from agents.distributed.data_parallel import process_rank
+from agents.evaluation.statistics import reward_rise
+from agents.training.config import TrainConfig, sections_for
 from agents.training.export import MODEL_DIR
 from agents.training.metrics import read_metrics
 from agents.training.plots import learner_columns
-from agents.training.run_lock import RunLock
-from agents.evaluation.statistics import reward_rise
-from agents.training.config import TrainConfig, sections
 from agents.training.registry import LEARNER_CONFIGS
+from agents.training.run_lock import RunLock
 from agents.training.trainer import Trainer
 from cory_env.errors import UsageError
 
@@ -52,7 +52,7 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefa
 def build_parser(learner: str = TrainConfig.learner) -> HfArgumentParser:
     """The command line: :class:`TrainConfig`'s sections parsed together, the learner's own config
     for ``--learner learner``; each flag's help text is its field's (also docs/cli.md)."""
-    parser = HfArgumentParser(sections(learner), description=__doc__, formatter_class=_HelpFormatter)
+    parser = HfArgumentParser(sections_for(learner), description=__doc__, formatter_class=_HelpFormatter)
     return add_debug_flag(refuse_retired_flags(parser))
 
 
@@ -78,8 +78,10 @@ def parse_config(argv: list[str] | None = None) -> TrainConfig:
         name = arg.lstrip("-").split("=")[0].replace("-", "_")
         owners = [n for n, c in LEARNER_CONFIGS.items() if arg.startswith("--") and name in c.__dataclass_fields__]
         if owners:
-            raise UsageError(f"{arg.split('=')[0]} is a setting of --learner {', '.join(owners)}, not of --learner "
-                             f"{learner}: drop it, or choose that learner (cory-train --learner {owners[0]} --help)")  # fmt: skip
+            raise UsageError(
+                f"{arg.split('=')[0]} is a setting of --learner {', '.join(owners)}, not of --learner "
+                f"{learner}: drop it, or choose that learner (cory-train --learner {owners[0]} --help)"
+            )
     if unused:
         build_parser(learner).error(f"unrecognized arguments: {' '.join(unused)}")
     return TrainConfig.from_sections(*parsed)
@@ -96,8 +98,10 @@ def learning_summary(out: Path, batch_size: int, k: int = 3) -> list[str]:
     for learner, col in learner_columns(df, "task_reward_mean").items():
         rise = reward_rise(df[col], df[f"{learner}/task_reward_std"], batch_size, k)
         kl = df[f"{learner}/kl"]
-        lines.append(f"{learner}: task reward {rise['first']:.3f} -> {rise['last']:.3f} ({rise['z']:+.1f} standard errors), "
-                     f"KL {kl[:k].mean():.3f} -> {kl[-k:].mean():.3f}")  # fmt: skip
+        lines.append(
+            f"{learner}: task reward {rise['first']:.3f} -> {rise['last']:.3f} ({rise['z']:+.1f} standard errors), "
+            f"KL {kl[:k].mean():.3f} -> {kl[-k:].mean():.3f}"
+        )
     return [f"start -> end (means of the first and the last {k} iterations):", *lines]
 
 
@@ -124,7 +128,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"checkpoints: {out / 'checkpoints'} (resume with --resume --out {out})")
     if trainer.config.save_model:
         models = ", ".join(str(out / MODEL_DIR / name) for name in trainer.learners)
-        kind = "PeftModel.from_pretrained(base, path)" if trainer.config.lora else "AutoModelForCausalLM.from_pretrained"
+        kind = (
+            "PeftModel.from_pretrained(base, path)" if trainer.config.lora else "AutoModelForCausalLM.from_pretrained"
+        )
         print(f"models:  {models} ({kind})")
 
 

@@ -9,4 +9,3 @@
 
 See docs/scale-out.md.
 """
-

@@ -186,7 +186,7 @@ def shard_state(state: dict[str, Any], template: dict[str, Any], params: Sequenc
             per_param[index] = {
                 k: _shard_as(v, p) if torch.is_tensor(v) and not is_sharded(v) and v.shape == p.shape else v
                 for k, v in values.items()
-            }  # fmt: skip
+            }
         state["optimizer"] = {**optimizer, "state": per_param}
     return state
 

@@ -42,7 +42,11 @@ class OptimizerSteps:
     """Backward and optimizer steps in one process, data parallel or under FSDP."""
 
     def __init__(
-        self, model: nn.Module, optimizer: torch.optim.Optimizer, data_parallel: DataParallel, max_grad_norm: float | None
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        data_parallel: DataParallel,
+        max_grad_norm: float | None,
     ):
         self.model, self.optimizer, self.data_parallel = model, optimizer, data_parallel
         self.max_grad_norm = max_grad_norm

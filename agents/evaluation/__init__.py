@@ -9,4 +9,3 @@
 - :mod:`~agents.evaluation.benchmark_report`: what ``cory-bench`` reports (tables, tests, curves);
 - :mod:`~agents.evaluation.statistics`: confidence intervals and tests for those comparisons.
 """
-

@@ -18,6 +18,7 @@ def ngrams(tokens: Sequence[int], n: int) -> list[tuple[int, ...]]:
     tokens = list(tokens)
     return [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
 
+
 def distinct_n(responses: Sequence[Sequence[int]], n: int) -> float:
     """Distinct-n (Li et al., 2016, "A Diversity-Promoting Objective Function for Neural
     Conversation Models"): the number of distinct ``n``-grams divided by the number of
@@ -31,6 +32,7 @@ def distinct_n(responses: Sequence[Sequence[int]], n: int) -> float:
     """
     grams = [g for r in responses for g in ngrams(r, n)]
     return len(set(grams)) / len(grams) if grams else float("nan")
+
 
 def repetition_rate(responses: Sequence[Sequence[int]], n: int = 2) -> float:
     """seq-rep-n (Welleck et al., 2020, "Neural Text Generation with Unlikelihood Training"):
@@ -46,6 +48,7 @@ def repetition_rate(responses: Sequence[Sequence[int]], n: int = 2) -> float:
     """
     rates = [1 - len(set(g)) / len(g) for g in (ngrams(r, n) for r in responses) if g]
     return float(np.mean(rates)) if rates else float("nan")
+
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k (Chen et al., 2021, "Evaluating Large Language Models Trained on Code"):
@@ -68,6 +71,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:  # every k-subset holds a correct answer
         return 1.0
     return 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1, dtype=np.float64)))
+
 
 def mean_pass_at_k(correct: np.ndarray, k: int) -> float:
     """pass@k averaged over questions; ``correct`` is ``(questions, n)`` booleans."""

@@ -26,9 +26,13 @@ if TYPE_CHECKING:
 #: Training metrics (last iteration, metrics.csv) and evaluation metrics in the report.
 TRAIN_METRICS = {"task_reward_mean": "task reward", "kl": "KL", "combined_reward": "combined reward"}
 EVAL_METRICS = {
-    "task_reward_mean": "task reward", "kl": "KL", "combined_reward": "combined reward",
-    "distinct_1": "distinct-1", "distinct_2": "distinct-2", "repetition_rate": "repetition",
-}  # fmt: skip
+    "task_reward_mean": "task reward",
+    "kl": "KL",
+    "combined_reward": "combined reward",
+    "distinct_1": "distinct-1",
+    "distinct_2": "distinct-2",
+    "repetition_rate": "repetition",
+}
 PLOTS = {"task_reward_mean": "task_reward.png", "kl": "kl.png", "combined_reward": "combined_reward.png"}
 KL_VS_REWARD_PLOT = "kl_vs_reward.png"
 MEAN_OF_LEARNERS = "mean"  # the learner column of a row that averages a run's learners (CORY's two)
@@ -86,8 +90,13 @@ def _over_seeds(values: list[float]) -> dict[str, Any]:
     """Mean and population std (as the plots' bands) over seeds, and the t-interval of the mean."""
     array = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
     _, low, high = mean_ci(array, CONFIDENCE)
-    return {"mean": float(array.mean()), "std": float(array.std()), "values": array.tolist(),
-            "ci_low": low, "ci_high": high}  # fmt: skip
+    return {
+        "mean": float(array.mean()),
+        "std": float(array.std()),
+        "values": array.tolist(),
+        "ci_low": low,
+        "ci_high": high,
+    }
 
 
 def _comparisons(summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -104,8 +113,12 @@ def _comparisons(summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for row in summary:
         if row["algo"] == BASELINE:
             continue
-        tests = {part: {m: welch_test(row[part][m]["values"], baseline[part][m]["values"], CONFIDENCE)
-                        for m in COMPARED_METRICS} for part in ("train", "eval")}  # fmt: skip
+        tests = {
+            part: {
+                m: welch_test(row[part][m]["values"], baseline[part][m]["values"], CONFIDENCE) for m in COMPARED_METRICS
+            }
+            for part in ("train", "eval")
+        }
         against = {"algo": baseline["algo"], "learner": baseline["learner"]}
         comparisons.append({"algo": row["algo"], "learner": row["learner"], "baseline": against, **tests})
     return comparisons
@@ -128,33 +141,51 @@ def write_report(out: Path, train: TrainConfig, bench: BenchmarkConfig, settings
             rises = _reward_rises(df, train.batch_size, rise_k)
             evaluated = json.loads((folder / "evaluation.json").read_text())["learners"]
             evaluated = _with_mean_of_learners(evaluated, EVAL_METRICS)
-            runs[f"{algo}/seed{seed}"] = {"train": final, "eval": {n: {m: v.get(m) for m in EVAL_METRICS}
-                                                                  for n, v in evaluated.items()},
-                                          "reward_rise": rises}  # fmt: skip
+            runs[f"{algo}/seed{seed}"] = {
+                "train": final,
+                "eval": {n: {m: v.get(m) for m in EVAL_METRICS} for n, v in evaluated.items()},
+                "reward_rise": rises,
+            }
             per_seed_train.append(final)
             per_seed_eval.append(evaluated)
             per_seed_rise.append(rises)
         for learner in per_seed_train[0]:
             rise = [s.get(learner) for s in per_seed_rise]
-            summary.append({
-                "algo": algo, "learner": learner, "seeds": len(seeds),
-                "train": {m: _over_seeds([s[learner][m] for s in per_seed_train]) for m in TRAIN_METRICS},
-                "eval": {m: _over_seeds([s[learner].get(m) for s in per_seed_eval]) for m in EVAL_METRICS},
-                "reward_rise": None if None in rise else {
-                    "k": rise_k, "z": _over_seeds([r["z"] for r in rise]),
-                    "difference": _over_seeds([r["difference"] for r in rise]),
-                },
-            })  # fmt: skip
+            summary.append(
+                {
+                    "algo": algo,
+                    "learner": learner,
+                    "seeds": len(seeds),
+                    "train": {m: _over_seeds([s[learner][m] for s in per_seed_train]) for m in TRAIN_METRICS},
+                    "eval": {m: _over_seeds([s[learner].get(m) for s in per_seed_eval]) for m in EVAL_METRICS},
+                    "reward_rise": None
+                    if None in rise
+                    else {
+                        "k": rise_k,
+                        "z": _over_seeds([r["z"] for r in rise]),
+                        "difference": _over_seeds([r["difference"] for r in rise]),
+                    },
+                }
+            )
     plots = []
     for metric, filename in PLOTS.items():
         labels = {algo.upper(): [run_dir(out, algo, s) for s in seeds] for algo in bench.algos}
         plots.append(plot_comparison(labels, out / filename, metrics=[metric]).name)
     plots.append(plot_kl_vs_reward(frames, out / KL_VS_REWARD_PLOT).name)
     report = {
-        "reward": train.reward, "task": train.task, "model": train.model, "iterations": train.iterations,
-        "seeds": seeds, "algos": bench.algos, "summary": summary, "runs": runs, "plots": plots,
-        "confidence": CONFIDENCE, "comparisons": _comparisons(summary), "settings": settings,
-    }  # fmt: skip
+        "reward": train.reward,
+        "task": train.task,
+        "model": train.model,
+        "iterations": train.iterations,
+        "seeds": seeds,
+        "algos": bench.algos,
+        "summary": summary,
+        "runs": runs,
+        "plots": plots,
+        "confidence": CONFIDENCE,
+        "comparisons": _comparisons(summary),
+        "settings": settings,
+    }
     write_json(out / "report.json", report)
     (out / "report.md").write_text(format_report(report), encoding="utf-8")
     return report
@@ -194,11 +225,17 @@ def format_report(report: dict[str, Any]) -> str:
             return []
         header = ["algo", "learner", "against", *(TRAIN_METRICS[m] for m in COMPARED_METRICS)]
         rows = [
-            [c["algo"], c["learner"], f"{c['baseline']['algo']} {c['baseline']['learner']}",
-             *(f"{fmt(w['difference'])}{interval(w)}, p {_p_value(w['p_value'])}"
-               for w in (c[part][m] for m in COMPARED_METRICS))]
+            [
+                c["algo"],
+                c["learner"],
+                f"{c['baseline']['algo']} {c['baseline']['learner']}",
+                *(
+                    f"{fmt(w['difference'])}{interval(w)}, p {_p_value(w['p_value'])}"
+                    for w in (c[part][m] for m in COMPARED_METRICS)
+                ),
+            ]
             for c in report["comparisons"]
-        ]  # fmt: skip
+        ]
         return [
             "",
             f"Against {BASELINE.upper()} (Welch's t-test over seeds): the row's mean minus {BASELINE.upper()}'s "
@@ -213,7 +250,8 @@ def format_report(report: dict[str, Any]) -> str:
         f"Reward rise z: the mean task reward of the last {rise_k} iterations minus that of the first {rise_k}, "
         f"in standard errors from the batches' reward std (each iteration's mean has variance "
         f"std^2 / {train['batch_size']}); z >= 2 counts as a rise."
-        if rise_k else "Reward rise z needs at least 2 iterations."
+        if rise_k
+        else "Reward rise z needs at least 2 iterations."
     )
     lines = [
         f"# Reward benchmark: `{report['reward']}` on {report['task']}",

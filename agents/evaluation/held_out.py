@@ -38,10 +38,11 @@ from tqdm.auto import tqdm
 
 from agents.evaluation.answers import distinct_n, mean_pass_at_k, ngrams, pass_at_k, repetition_rate  # noqa: F401
 from agents.evaluation.report import EVAL_COLUMNS, fmt, format_result, jsonable, markdown_table, write_json  # noqa: F401
-from agents.training.checkpoint import latest_checkpoint, load_checkpoint
+from agents.learners.lm import flag
 from agents.learners.ppo import Episode, PPOLearner
 from agents.training.build import resolve_device
-from agents.training.config import TrainConfig, build_task, flag, upgrade_settings, with_task_defaults
+from agents.training.checkpoint import latest_checkpoint, load_checkpoint
+from agents.training.config import TrainConfig, build_task, upgrade_settings, with_task_defaults
 from agents.training.trainer import Trainer
 from cory_env import env
 from cory_env.errors import UsageError
@@ -65,8 +66,9 @@ def task_prompts(
     return task.prompts(tokenizer, split=split, seed=seed, source=source), run.pioneer_template or task.pioneer_template
 
 
-def load_reward(name: str, task: str, device: torch.device | None = None,
-                timeout: float | None = None) -> tuple[str, RewardFunction]:  # fmt: skip
+def load_reward(
+    name: str, task: str, device: torch.device | None = None, timeout: float | None = None
+) -> tuple[str, RewardFunction]:
     """``(name, function)`` of the reward ``name``, or of the task's default reward when ``name`` is
     empty; ``timeout``: :func:`~cory_env.rewards.get_reward`'s (``--reward-timeout``)."""
     if not name:
@@ -84,8 +86,12 @@ def load_reward(name: str, task: str, device: torch.device | None = None,
 class EvalConfig:
     """What to evaluate and how; each field is a flag of examples/evaluate.py. Empty means "the run's"."""
 
-    checkpoint: str = flag("", "a run folder (its newest checkpoint) or a checkpoint file checkpoints/iter_NNNNNN.safetensors")
-    trust_checkpoint: bool = flag(False, "also load an old pickle checkpoint (iter_NNNNNN.pt): only your own files, a pickle can run code")
+    checkpoint: str = flag(
+        "", "a run folder (its newest checkpoint) or a checkpoint file checkpoints/iter_NNNNNN.safetensors"
+    )
+    trust_checkpoint: bool = flag(
+        False, "also load an old pickle checkpoint (iter_NNNNNN.pt): only your own files, a pickle can run code"
+    )
     model: str = flag("", "instead of --checkpoint: a model name or path, evaluated as it is (its KL is 0)")
     learner: str = flag("", "learners to evaluate, comma separated (CORY: llm_0,llm_1; PPO: pioneer); default: all")
     task: str = flag("", "task; default: the run's (sentiment for --model)")
@@ -101,7 +107,9 @@ class EvalConfig:
         None, "an answer is correct when its reward is >= this (pass@k); default 1.0 for gsm8k, off otherwise"
     )
     seed: int = flag(0, "seed of the prompt choice and of sampling")
-    reward_timeout: float | None = flag(None, "seconds one reward call may take (0: no limit); default: the run's --reward-timeout, else 300")
+    reward_timeout: float | None = flag(
+        None, "seconds one reward call may take (0: no limit); default: the run's --reward-timeout, else 300"
+    )
     out: str = flag("", "JSON file to write; default: <run>/evaluation.json, or evaluation.json for --model")
     device: str = flag("auto", "cpu, cuda, or auto")
 
@@ -234,10 +242,15 @@ def sample_answers(
     for start in tqdm(range(0, len(prompts), batch_size), desc=desc, unit="batch", disable=not progress, leave=False):
         batch = prompts[start : start + batch_size]
         game = env(
-            tokenizer=tokenizer, prompts=_InOrder(batch), reward_fn=reward_fn, num_conversations=len(batch),
-            max_new_tokens=max_new_tokens, context_length=context_length, pioneer_template=pioneer_template,
+            tokenizer=tokenizer,
+            prompts=_InOrder(batch),
+            reward_fn=reward_fn,
+            num_conversations=len(batch),
+            max_new_tokens=max_new_tokens,
+            context_length=context_length,
+            pioneer_template=pioneer_template,
             with_observer=False,
-        )  # fmt: skip
+        )
         game.reset(seed=seed)
         for agent in game.agent_iter():
             observation, _, terminated, truncated, info = game.last()
@@ -250,12 +263,16 @@ def sample_answers(
         width = episode.response_width
         ids, mask = episode.input_ids[:, -width:].tolist(), episode.attention_mask[:, -width:].tolist()
         for b in range(len(batch)):
-            records.append(dict(
-                query=final["query"][b], response=final["response"][b],
-                response_ids=[t for t, m in zip(ids[b], mask[b]) if m and t not in special],
-                response_length=int(final["response_length"][b]), task_reward=float(final["task_reward"][b]),
-                kl=float(kl[b]),
-            ))  # fmt: skip
+            records.append(
+                dict(
+                    query=final["query"][b],
+                    response=final["response"][b],
+                    response_ids=[t for t, m in zip(ids[b], mask[b]) if m and t not in special],
+                    response_length=int(final["response_length"][b]),
+                    task_reward=float(final["task_reward"][b]),
+                    kl=float(kl[b]),
+                )
+            )
     return records
 
 
@@ -313,8 +330,9 @@ def evaluate_learners(
     for name, learner in learners.items():
         own = tokenizer[name] if isinstance(tokenizer, dict) else tokenizer
         records = sample_answers(learner, own, repeated, reward_fn, progress=progress, desc=name, **generation)
-        results[name] = summarize(records, samples_per_prompt=samples_per_prompt, kl_coef=learner.kl_ctl.value,
-                                  pass_threshold=pass_threshold)  # fmt: skip
+        results[name] = summarize(
+            records, samples_per_prompt=samples_per_prompt, kl_coef=learner.kl_ctl.value, pass_threshold=pass_threshold
+        )
     return results
 
 
@@ -325,18 +343,26 @@ def evaluate(config: EvalConfig, *, progress: bool = True, write: bool = True) -
         path = find_checkpoint(config.checkpoint)
         state = load_checkpoint(path, trust=config.trust_checkpoint)
         run = train_config_from(state["config"])
-        policy = {"checkpoint": str(path), "iterations_trained": int(state["iteration"]), "algo": run.algo,
-                  "model": run.model}  # fmt: skip
+        policy = {
+            "checkpoint": str(path),
+            "iterations_trained": int(state["iteration"]),
+            "algo": run.algo,
+            "model": run.model,
+        }
         task = config.task or run.task
         timeout = config.reward_timeout if config.reward_timeout is not None else run.reward_timeout
-        reward_name, reward_fn = load_reward(config.reward or (run.reward if task == run.task else ""), task, device,
-                                             timeout)  # fmt: skip
+        reward_name, reward_fn = load_reward(
+            config.reward or (run.reward if task == run.task else ""), task, device, timeout
+        )
         trainer = policy_from_checkpoint(state, reward_fn=reward_fn, device=config.device)
         del state  # optimizer moments: not needed any more
         out = Path(config.out) if config.out else run_folder(path) / "evaluation.json"
     else:
         task = config.task or "sentiment"
-        run, policy = with_task_defaults(TrainConfig(model=config.model, task=task), get_task(task)), {"model": config.model}
+        run, policy = (
+            with_task_defaults(TrainConfig(model=config.model, task=task), get_task(task)),
+            {"model": config.model},
+        )
         reward_name, reward_fn = load_reward(config.reward, task, device, config.reward_timeout)
         trainer = policy_from_model(config.model, reward_fn=reward_fn, device=config.device)
         out = Path(config.out or "evaluation.json")
@@ -350,16 +376,33 @@ def evaluate(config: EvalConfig, *, progress: bool = True, write: bool = True) -
     threshold = config.pass_threshold if config.pass_threshold is not None else (1.0 if task == "gsm8k" else None)
     max_new_tokens = config.max_new_tokens or run.max_new_tokens
     results = evaluate_learners(
-        learners, trainer.tokenizers, prompts, reward_fn, samples_per_prompt=config.samples_per_prompt,
-        pass_threshold=threshold, progress=progress, max_new_tokens=max_new_tokens,
-        context_length=config.context_length or run.context_length, pioneer_template=pioneer_template,
-        batch_size=config.batch_size, seed=config.seed,
-    )  # fmt: skip
+        learners,
+        trainer.tokenizers,
+        prompts,
+        reward_fn,
+        samples_per_prompt=config.samples_per_prompt,
+        pass_threshold=threshold,
+        progress=progress,
+        max_new_tokens=max_new_tokens,
+        context_length=config.context_length or run.context_length,
+        pioneer_template=pioneer_template,
+        batch_size=config.batch_size,
+        seed=config.seed,
+    )
     result = {
-        "policy": policy, "task": task, "reward": reward_name, "split": config.split, "source": source,
-        "num_prompts": len(prompts), "samples_per_prompt": config.samples_per_prompt, "max_new_tokens": max_new_tokens,
-        "pass_threshold": threshold, "seed": config.seed, "settings": dataclasses.asdict(config), "learners": results,
-    }  # fmt: skip
+        "policy": policy,
+        "task": task,
+        "reward": reward_name,
+        "split": config.split,
+        "source": source,
+        "num_prompts": len(prompts),
+        "samples_per_prompt": config.samples_per_prompt,
+        "max_new_tokens": max_new_tokens,
+        "pass_threshold": threshold,
+        "seed": config.seed,
+        "settings": dataclasses.asdict(config),
+        "learners": results,
+    }
     if write:
         result["path"] = str(write_json(out, result))
     return result
@@ -373,5 +416,3 @@ def _chosen_learners(learners: dict[str, PPOLearner], spec: str) -> dict[str, PP
     if unknown:
         raise UsageError(f"--learner {', '.join(unknown)}: this policy's learners are {', '.join(learners)}")
     return {n: learners[n] for n in names}
-
-

@@ -27,6 +27,7 @@ def jsonable(value: Any) -> Any:
         return None
     return value
 
+
 def write_json(path: str | Path, data: Any) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -34,6 +35,7 @@ def write_json(path: str | Path, data: Any) -> Path:
     tmp.write_text(json.dumps(jsonable(data), indent=2, allow_nan=False) + "\n", encoding="utf-8")
     tmp.replace(path)
     return path
+
 
 def fmt(value: Any, spread: Any = None, digits: int = 3) -> str:
     """A number for a table (``n/a`` when missing or not finite), with ``± spread`` if given."""
@@ -46,17 +48,24 @@ def fmt(value: Any, spread: Any = None, digits: int = 3) -> str:
         text += f" ± {spread:.{digits}f}"
     return text
 
+
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """A Markdown table with columns padded to equal width, readable as plain text too."""
     widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
     line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
     return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
 
+
 EVAL_COLUMNS = (
-    ("task_reward_mean", "task reward"), ("kl", "KL"), ("combined_reward", "combined"),
-    ("distinct_1", "distinct-1"), ("distinct_2", "distinct-2"), ("repetition_rate", "repetition"),
+    ("task_reward_mean", "task reward"),
+    ("kl", "KL"),
+    ("combined_reward", "combined"),
+    ("distinct_1", "distinct-1"),
+    ("distinct_2", "distinct-2"),
+    ("repetition_rate", "repetition"),
     ("response_length", "length"),
-)  # fmt: skip
+)
+
 
 def format_result(result: dict[str, Any]) -> str:
     """A readable table of :func:`evaluate`'s result, one row per learner."""

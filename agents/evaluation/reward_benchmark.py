@@ -42,19 +42,19 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from agents.cli.errors import add_debug_flag, one_line_errors, refuse_retired_flags
-from agents.training.checkpoint import checkpoint_iteration, latest_checkpoint
-from agents.evaluation.held_out import EvalConfig, evaluate, load_reward
 from agents.evaluation.benchmark_report import KL_VS_REWARD_PLOT, PLOTS, format_report, run_dir, write_report
+from agents.evaluation.held_out import EvalConfig, evaluate, load_reward
 from agents.evaluation.report import write_json
-from agents.training.config import ALGOS, TrainConfig, apply_preset, changed_settings, flag
+from agents.learners.lm import flag
+from agents.training.checkpoint import checkpoint_iteration, latest_checkpoint
+from agents.training.config import ALGOS, TrainConfig, apply_preset, changed_settings
 from agents.training.trainer import Trainer
 from cory_env.errors import UsageError
 
 #: TrainConfig fields the benchmark sets for each run itself.
 PER_RUN = ("algo", "seed", "out", "resume", "overwrite")
 #: Settings a --resume may change: they do not change what a finished run means.
-MAY_CHANGE = ("iterations", "device", "checkpoint_every", "report_to", "samples_per_iteration",
-              "reward_timeout")  # fmt: skip
+MAY_CHANGE = ("iterations", "device", "checkpoint_every", "report_to", "samples_per_iteration", "reward_timeout")
 
 
 @dataclass
@@ -160,8 +160,13 @@ def for_algo(train: TrainConfig, algo: str) -> dict[str, Any]:
     if algo != "ppo":
         return {"algo": algo}
     templates = train.template_list()
-    return {"algo": algo, "num_agents": None, "models": "", "model": next(iter(train.agent_models().values())),
-            "templates": json.dumps(templates[:1]) if templates else ""}  # fmt: skip
+    return {
+        "algo": algo,
+        "num_agents": None,
+        "models": "",
+        "model": next(iter(train.agent_models().values())),
+        "templates": json.dumps(templates[:1]) if templates else "",
+    }
 
 
 def run_benchmark(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
@@ -180,17 +185,24 @@ def run_benchmark(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
     for seed, algo in runs:
         folder = run_dir(out, algo, seed)
         bar.set_postfix_str(f"{algo} seed {seed}")
-        config = dataclasses.replace(train, **for_algo(train, algo), seed=seed, out=str(folder), resume=True, overwrite=False)
+        config = dataclasses.replace(
+            train, **for_algo(train, algo), seed=seed, out=str(folder), resume=True, overwrite=False
+        )
         if completed_iterations(folder) < config.iterations:
             trainer = Trainer(config)
             trainer.train(progress=bench.progress)
             del trainer
             gc.collect()
         evaluation = EvalConfig(
-            checkpoint=str(folder), split=bench.eval_split, num_prompts=bench.eval_prompts,
-            samples_per_prompt=bench.eval_samples_per_prompt, batch_size=bench.eval_batch_size, seed=bench.eval_seed,
-            out=str(folder / "evaluation.json"), device=train.device,
-        )  # fmt: skip
+            checkpoint=str(folder),
+            split=bench.eval_split,
+            num_prompts=bench.eval_prompts,
+            samples_per_prompt=bench.eval_samples_per_prompt,
+            batch_size=bench.eval_batch_size,
+            seed=bench.eval_seed,
+            out=str(folder / "evaluation.json"),
+            device=train.device,
+        )
         if not _evaluation_is_current(folder / "evaluation.json", evaluation, config.iterations):
             evaluate(evaluation, progress=bench.progress)
             gc.collect()
@@ -205,10 +217,16 @@ def run_benchmark(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     from transformers import HfArgumentParser
 
-    return add_debug_flag(refuse_retired_flags(HfArgumentParser(
-        (TrainingFlags, BenchmarkConfig), description=__doc__, prog="cory-bench",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )))
+    return add_debug_flag(
+        refuse_retired_flags(
+            HfArgumentParser(
+                (TrainingFlags, BenchmarkConfig),
+                description=__doc__,
+                prog="cory-bench",
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+            )
+        )
+    )
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, BenchmarkConfig]:

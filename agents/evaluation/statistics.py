@@ -83,8 +83,9 @@ def welch_test(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> d
     dof = float((va + vb) ** 2 / (va**2 / (x.size - 1) + vb**2 / (y.size - 1)))
     t = difference / se
     half = float(stats.t.ppf((1 + level) / 2, dof)) * se
-    result.update(t=t, dof=dof, p_value=float(2 * stats.t.sf(abs(t), dof)),
-                  ci_low=difference - half, ci_high=difference + half)  # fmt: skip
+    result.update(
+        t=t, dof=dof, p_value=float(2 * stats.t.sf(abs(t), dof)), ci_low=difference - half, ci_high=difference + half
+    )
     return result
 
 
@@ -106,8 +107,9 @@ def reward_rise(means: Sequence[float], stds: Sequence[float], batch_size: int, 
     if m.shape != s.shape or m.ndim != 1:
         raise ValueError(f"reward_rise needs one std per iteration mean, got {m.shape} means and {s.shape} stds")
     if k < 1 or m.size < 2 * k:
-        raise ValueError(f"reward_rise compares the first and last k={k} iterations: needs at least {2 * k}, "
-                         f"got {m.size}")  # fmt: skip
+        raise ValueError(
+            f"reward_rise compares the first and last k={k} iterations: needs at least {2 * k}, got {m.size}"
+        )
     first, last = float(m[:k].mean()), float(m[-k:].mean())
     se = math.sqrt(float((s[:k] ** 2).sum() + (s[-k:] ** 2).sum()) / (k**2 * batch_size))
     difference = last - first

@@ -130,8 +130,9 @@ class RolloutMetricsCallback(BaseCallback):
 
     def _on_training_start(self) -> None:
         # A second learn() call continues the same files.
-        self.metrics = MetricsLogger(self.out_dir, resume=self.iteration > 0,
-                                     report_to="tensorboard" if self.tensorboard else "none")
+        self.metrics = MetricsLogger(
+            self.out_dir, resume=self.iteration > 0, report_to="tensorboard" if self.tensorboard else "none"
+        )
 
     def _on_step(self) -> bool:
         for done, info in zip(self.locals["dones"], self.locals["infos"]):

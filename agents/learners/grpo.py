@@ -44,11 +44,11 @@ from torch import nn
 from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
 from agents.algorithms.advantages import GROUP_BASELINES, group_advantages, masked_mean
-from agents.distributed.data_parallel import DataParallel
 from agents.algorithms.kl import kl_per_token
+from agents.algorithms.losses import policy_loss
+from agents.distributed.data_parallel import DataParallel
 from agents.learners.base import Episode, reward_metrics
 from agents.learners.lm import LMLearner, LMLearnerConfig, flag, response_logits
-from agents.algorithms.losses import policy_loss
 from cory_env.errors import UsageError
 
 KL_PENALTIES = ("loss", "reward")
@@ -66,14 +66,18 @@ class GRPOConfig(LMLearnerConfig):
     #: Where the KL to the reference goes: ``loss`` (+ kl_coef * k3 per token) or ``reward``.
     kl_penalty: ClassVar[str] = "loss"
 
-    group_size: int = flag(4, "grpo/rloo: responses per prompt, consecutive in the batch (--batch-size must be a multiple)")
+    group_size: int = flag(
+        4, "grpo/rloo: responses per prompt, consecutive in the batch (--batch-size must be a multiple)"
+    )
     std_eps: float = flag(1e-4, "grpo: added to the group's std before dividing, as TRL's")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.advantage not in GROUP_BASELINES or self.kl_penalty not in KL_PENALTIES:
-            raise UsageError(f"{type(self).__name__}: advantage must be one of {GROUP_BASELINES} and kl_penalty one of "
-                             f"{KL_PENALTIES}, got {self.advantage!r} and {self.kl_penalty!r}")  # fmt: skip
+            raise UsageError(
+                f"{type(self).__name__}: advantage must be one of {GROUP_BASELINES} and kl_penalty one of "
+                f"{KL_PENALTIES}, got {self.advantage!r} and {self.kl_penalty!r}"
+            )
         if self.group_size < 2:
             raise UsageError(
                 f"group_size must be at least 2 (responses per prompt to compare), got {self.group_size}: "
@@ -122,9 +126,16 @@ class GRPOLearner(LMLearner):
             else [p for p in model.parameters() if p.requires_grad]
         )
         super().__init__(
-            model, reference, config, acting_model=model, params=params, kl_coef=config.kl_coef, seed=seed,
-            sampling=sampling, data_parallel=data_parallel,
-        )  # fmt: skip
+            model,
+            reference,
+            config,
+            acting_model=model,
+            params=params,
+            kl_coef=config.kl_coef,
+            seed=seed,
+            sampling=sampling,
+            data_parallel=data_parallel,
+        )
         self.group_size = config.group_size
 
     # ------------------------------------------------------------------ scoring
@@ -189,24 +200,30 @@ class GRPOLearner(LMLearner):
                 kl_loss = masked_mean(kl_per_token(new_logprobs, s["ref_logprobs"][idx], "k3"), m)
                 loss = loss + kl_coef * kl_loss
             with torch.no_grad():
-                stats = {"policy_loss": pg_loss.item(), "kl_loss": kl_loss.item(),
-                         "entropy": masked_mean(entropy_from_logits(logits), m).item(),
-                         "clipfrac": float(pg_stats["clipfrac"]), "approx_kl": float(pg_stats["approx_kl"])}  # fmt: skip
+                stats = {
+                    "policy_loss": pg_loss.item(),
+                    "kl_loss": kl_loss.item(),
+                    "entropy": masked_mean(entropy_from_logits(logits), m).item(),
+                    "clipfrac": float(pg_stats["clipfrac"]),
+                    "approx_kl": float(pg_stats["approx_kl"]),
+                }
             return loss, stats
 
         stats = self._update(minibatches(), minibatch_loss)
 
         groups = rewards.view(-1, c.group_size)
         dp = self.data_parallel
-        means = dp.mean({
-            "kl": float(s["kl_exact"].sum(-1).mean()),  # the paper's KL, whatever the penalty's estimator
-            "kl_penalty": float(s["kl"].sum(-1).mean()),
-            "response_length": float(mask.sum(-1).mean()),
-            "advantage_abs_mean": float(advantages.abs().mean()),
-            "frac_groups_zero_std": float((groups.amax(1) == groups.amin(1)).float().mean()),
-            **stats,
-            **self._grad_norm_stats(),
-        })  # fmt: skip
+        means = dp.mean(
+            {
+                "kl": float(s["kl_exact"].sum(-1).mean()),  # the paper's KL, whatever the penalty's estimator
+                "kl_penalty": float(s["kl"].sum(-1).mean()),
+                "response_length": float(mask.sum(-1).mean()),
+                "advantage_abs_mean": float(advantages.abs().mean()),
+                "frac_groups_zero_std": float((groups.amax(1) == groups.amin(1)).float().mean()),
+                **stats,
+                **self._grad_norm_stats(),
+            }
+        )
         kl_sum = means.pop("kl")
         self.kl_ctl.update(means.pop("kl_penalty"), B * dp.num_processes)
         if dp.is_distributed:  # the reward metrics over every process's conversations

@@ -31,11 +31,11 @@ import torch
 from torch import nn
 from trl.trainer.utils import selective_log_softmax
 
+from agents.acting.actor import LMActor, forward_inputs
+from agents.algorithms.kl import ESTIMATORS, AdaptiveKLController, FixedKLController, kl_per_token
 from agents.distributed.data_parallel import DataParallel
 from agents.distributed.optimizer_step import optimizer_steps
-from agents.algorithms.kl import ESTIMATORS, AdaptiveKLController, FixedKLController, kl_per_token
 from agents.learners.base import Episode
-from agents.acting.actor import LMActor, forward_inputs
 from cory_env.errors import UsageError
 
 
@@ -94,15 +94,24 @@ class LMLearnerConfig:
     _argument_group_name: ClassVar[str] = "Learner: the update of each agent"
 
     lr: float = flag(3e-5, "Adam learning rate")
-    mini_batch_size: int | None = flag(None, "conversations per gradient step (default: 16, or the largest divisor of --batch-size below it)")
+    mini_batch_size: int | None = flag(
+        None, "conversations per gradient step (default: 16, or the largest divisor of --batch-size below it)"
+    )
     gradient_accumulation_steps: int = flag(1, "minibatches per optimizer step")
     ppo_epochs: int = flag(1, "passes over each batch (PPO epochs; grpo/rloo: num_iterations, mu)")
     cliprange: float = flag(0.2, "policy ratio clip range (epsilon)")
-    kl_coef: float = flag(0.05, "KL coefficient eta (initial value if adaptive); grpo: beta of the k3 loss term, rloo: of the summed KL in the reward")
+    kl_coef: float = flag(
+        0.05,
+        "KL coefficient eta (initial value if adaptive); grpo: beta of the k3 loss term, rloo: of the summed KL in the reward",
+    )
     adaptive_kl: bool = flag(False, "adapt the KL coefficient towards --target-kl (Ziegler et al. 2019)")
     target_kl: float = flag(6.0, "target KL (summed over the response) of the adaptive controller")
     kl_horizon: int = flag(10000, "horizon of the adaptive KL controller")
-    kl_estimator: str = flag("k1", "per-token KL in the reward: k1 (sampled token), abs, mse, k3, full (whole distribution); grpo's loss term is k3", choices=list(ESTIMATORS))
+    kl_estimator: str = flag(
+        "k1",
+        "per-token KL in the reward: k1 (sampled token), abs, mse, k3, full (whole distribution); grpo's loss term is k3",
+        choices=list(ESTIMATORS),
+    )
     max_grad_norm: float = flag(1.0, "gradient clipping norm (0: off)")
     weight_decay: float = flag(0.0, "AdamW weight decay")
     bf16: bool = flag(False, "bfloat16 autocast for forward passes (float32 weights and optimizer)")
@@ -164,9 +173,7 @@ class LMLearner:
         # The fused kernel: one pass over the weights per step instead of several (faster on a CPU; docs/benchmarks.md times the steps).
         groups = params if params and isinstance(params[0], dict) else [{"params": params}]
         fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for g in groups for p in g["params"])
-        self.optimizer = torch.optim.AdamW(
-            groups, lr=config.lr, weight_decay=config.weight_decay, fused=fused or None
-        )
+        self.optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay, fused=fused or None)
         #: How the optimizer steps in this run (one process, data parallel, FSDP or ZeRO).
         self.steps = optimizer_steps(model, self.optimizer, self.data_parallel, config.max_grad_norm or None)
         self.kl_ctl = (
@@ -197,9 +204,12 @@ class LMLearner:
     @staticmethod
     @torch.no_grad()
     def _kl_terms(
-        logits: torch.Tensor, ref_logits: torch.Tensor, response: torch.Tensor, response_mask: torch.Tensor,
+        logits: torch.Tensor,
+        ref_logits: torch.Tensor,
+        response: torch.Tensor,
+        response_mask: torch.Tensor,
         estimator: str,
-    ) -> dict[str, torch.Tensor]:  # fmt: skip
+    ) -> dict[str, torch.Tensor]:
         """Log-probs of the response under the policy and the reference, the per-token KL of the
         penalty's ``estimator`` (``kl``) and the exact KL (``kl_exact``, what the paper plots,
         logged whatever the estimator), both zero after each response's end."""

@@ -14,8 +14,8 @@ One iteration for a learner, as in TRL 0.7's ``PPOTrainer.step`` (which CORY's a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -23,13 +23,13 @@ import torch
 from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
 from agents.algorithms.advantages import explained_variance, gae, masked_mean
-from agents.distributed.data_parallel import DataParallel
 from agents.algorithms.kl import token_rewards
+from agents.algorithms.losses import policy_loss, value_loss
+from agents.distributed.data_parallel import DataParallel
 from agents.learners.base import Episode
 from agents.learners.lm import LMLearner, LMLearnerConfig, flag, response_inputs
-from agents.algorithms.losses import policy_loss, value_loss
-from cory_env.errors import UsageError
 from agents.learners.value_model import CausalLMWithValueHead
+from cory_env.errors import UsageError
 
 
 @dataclass(kw_only=True)
@@ -128,12 +128,21 @@ class PPOLearner(LMLearner):
         params: list[Any] = model.trainable_parameters()
         if config.value_lr:  # the critic's linear head learns at its own rate
             head = {id(p) for p in model.v_head.parameters()}
-            params = [{"params": [p for p in params if id(p) not in head]},
-                      {"params": list(model.v_head.parameters()), "lr": config.value_lr}]  # fmt: skip
+            params = [
+                {"params": [p for p in params if id(p) not in head]},
+                {"params": list(model.v_head.parameters()), "lr": config.value_lr},
+            ]
         super().__init__(
-            model, reference, config, acting_model=model.lm, params=params,
-            kl_coef=config.kl_coef, seed=seed, sampling=sampling, data_parallel=data_parallel,
-        )  # fmt: skip
+            model,
+            reference,
+            config,
+            acting_model=model.lm,
+            params=params,
+            kl_coef=config.kl_coef,
+            seed=seed,
+            sampling=sampling,
+            data_parallel=data_parallel,
+        )
         self.score_moments = RunningMoments()
         #: The forward passes of an update; a run may swap in a faster schedule of the same
         #: passes (:mod:`agents.speed.scoring_reuse`, on unless ``--no-reuse-scoring-pass``).
@@ -159,11 +168,18 @@ class PPOLearner(LMLearner):
 
     @torch.no_grad()
     def _score(
-        self, logits: torch.Tensor, values: torch.Tensor, ref_logits: torch.Tensor, response: torch.Tensor,
+        self,
+        logits: torch.Tensor,
+        values: torch.Tensor,
+        ref_logits: torch.Tensor,
+        response: torch.Tensor,
         response_mask: torch.Tensor,
-    ) -> dict[str, torch.Tensor]:  # fmt: skip
+    ) -> dict[str, torch.Tensor]:
         """Old log-probs and values of the acting policy, and the per-token KL to the reference."""
-        return {**self._kl_terms(logits, ref_logits, response, response_mask, self.config.kl_estimator), "values": values}
+        return {
+            **self._kl_terms(logits, ref_logits, response, response_mask, self.config.kl_estimator),
+            "values": values,
+        }
 
     # ------------------------------------------------------------------ learning
     def learn(self, ep: Episode) -> dict[str, float]:
@@ -198,23 +214,29 @@ class PPOLearner(LMLearner):
             pg_loss, pg_stats = policy_loss(new_logprobs, s["logprobs"][idx], advantages[idx], m, c.cliprange)
             vf_loss, vf_stats = value_loss(values, s["values"][idx], returns[idx], m, c.cliprange_value)
             with torch.no_grad():
-                stats = {"policy_loss": pg_loss.item(), "value_loss": vf_loss.item(),
-                         "entropy": masked_mean(entropy_from_logits(logits), m).item(),
-                         "clipfrac": float(pg_stats["clipfrac"]), "approx_kl": float(pg_stats["approx_kl"])}  # fmt: skip
+                stats = {
+                    "policy_loss": pg_loss.item(),
+                    "value_loss": vf_loss.item(),
+                    "entropy": masked_mean(entropy_from_logits(logits), m).item(),
+                    "clipfrac": float(pg_stats["clipfrac"]),
+                    "approx_kl": float(pg_stats["approx_kl"]),
+                }
             return pg_loss + c.vf_coef * vf_loss, stats
 
         stats = self._update(self.passes.minibatches(self, ids, attn, T), minibatch_loss)
 
         # 5. The KL controller adapts to the KL just measured; the statistics (the paper's KL: per-token KL
         #    summed over the response, batch mean, over all processes).
-        means = self.data_parallel.mean({
-            "kl": float(s["kl_exact"].sum(-1).mean()),
-            "kl_penalty": float(s["kl"].sum(-1).mean()),
-            "response_length": float(mask.sum(-1).mean()),
-            "explained_variance": float(explained_variance(s["values"], returns, mask)),  # of the values acted on
-            **stats,
-            **self._grad_norm_stats(),
-        })  # fmt: skip
+        means = self.data_parallel.mean(
+            {
+                "kl": float(s["kl_exact"].sum(-1).mean()),
+                "kl_penalty": float(s["kl"].sum(-1).mean()),
+                "response_length": float(mask.sum(-1).mean()),
+                "explained_variance": float(explained_variance(s["values"], returns, mask)),  # of the values acted on
+                **stats,
+                **self._grad_norm_stats(),
+            }
+        )
         kl_sum = means.pop("kl")
         self.kl_ctl.update(means.pop("kl_penalty"), B * self.data_parallel.num_processes)
         task = self.data_parallel.gather(ep.task_rewards)

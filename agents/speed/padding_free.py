@@ -128,7 +128,9 @@ class PackedBatch:
         positions = shared[rows] + torch.arange(rows.numel(), device=device) - offsets[rows]  # in the context
         width = owner.shape[1]
         source = torch.where(layout < lengths[:, None], offsets[owner] + layout - shared[owner], 0)
-        at = torch.minimum(keep[None], (starts + lengths - 1)[:, None]) - starts[:, None]  # position of each kept column
+        at = (
+            torch.minimum(keep[None], (starts + lengths - 1)[:, None]) - starts[:, None]
+        )  # position of each kept column
         return cls(
             input_ids=input_ids[rows, starts[rows] + positions][None],
             position_ids=positions[None],

@@ -5,7 +5,9 @@ A run flows one way: :mod:`~agents.training.config` (settings, resolved and chec
 
 - :mod:`~agents.training.config`: :class:`~agents.training.config.TrainConfig`, its sections,
   presets, :func:`~agents.training.config.resolve` and the rules of a resume;
-- :mod:`~agents.training.registry`: the ``--learner`` factories (``LEARNERS``);
+- :mod:`~agents.training.sections`: the command line's sections (task, model, game, generation,
+  output, speed), of which with the learners' own configs ``TrainConfig`` is made;
+- :mod:`~agents.training.registry`: the ``--learner`` factories (``LEARNERS``) and configs;
 - :mod:`~agents.training.build`: :func:`~agents.training.build.assemble`: the run's task, devices,
   models, learners and game;
 - :mod:`~agents.training.trainer`: the :class:`~agents.training.trainer.Trainer` loop (rollout,

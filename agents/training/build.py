@@ -75,8 +75,11 @@ def assemble(
     if config.retain_freed_memory and any(d.type == "cpu" for d in learner_devices.values()):
         retain_freed_memory()
     if config.bf16 and dp.is_main_process and (slow := emulated_bfloat16(learner_devices.values())):
-        logger.warning("--bf16 on %s, which has no bfloat16 arithmetic: autocast emulates it, many times slower "
-                       "than float32 (docs/benchmarks.md). Drop --bf16 on this machine", slow)  # fmt: skip
+        logger.warning(
+            "--bf16 on %s, which has no bfloat16 arithmetic: autocast emulates it, many times slower "
+            "than float32 (docs/benchmarks.md). Drop --bf16 on this machine",
+            slow,
+        )
     seed_everything(config.seed)  # the same on every process: the initial weights must be equal
     models = config.agent_models()  # each learner's model; a team of different models has a tokenizer each
     loaded = {m: load_tokenizer(m) for m in dict.fromkeys(models.values())}
@@ -128,12 +131,19 @@ def build_learners(
     learners: dict[str, Learner] = {}
     for i, name in enumerate(names):
         learner = LEARNERS[config.learner](
-            config, policy=policies[name], reference=references[name], seed=dp.seed(config.seed) * 1000 + i,
-            sampling=sampling, device=devices[name], **extra,
-        )  # fmt: skip
+            config,
+            policy=policies[name],
+            reference=references[name],
+            seed=dp.seed(config.seed) * 1000 + i,
+            sampling=sampling,
+            device=devices[name],
+            **extra,
+        )
         if not isinstance(learner, Learner):
-            raise TypeError(f"learner {config.learner!r} built a {type(learner).__name__}, which lacks act, learn, "
-                            f"state_dict or load_state_dict (see agents.learners.base.Learner)")  # fmt: skip
+            raise TypeError(
+                f"learner {config.learner!r} built a {type(learner).__name__}, which lacks act, learn, "
+                f"state_dict or load_state_dict (see agents.learners.base.Learner)"
+            )
         learners[name] = learner
     if dp.sharded:
         check_sharded(learners)
@@ -141,7 +151,9 @@ def build_learners(
     return learners
 
 
-def select_devices(config: TrainConfig, names: list[str], dp: DataParallel) -> tuple[torch.device, dict[str, torch.device]]:
+def select_devices(
+    config: TrainConfig, names: list[str], dp: DataParallel
+) -> tuple[torch.device, dict[str, torch.device]]:
     """The main device (models are loaded there; the reward model runs there) and each learner's."""
     if dp.is_distributed:
         if config.learner_devices:
@@ -236,7 +248,11 @@ def build_models(
 
 
 def _build_models_of(
-    model: str, config: TrainConfig, names: list[str], device: torch.device, devices: dict[str, torch.device],
+    model: str,
+    config: TrainConfig,
+    names: list[str],
+    device: torch.device,
+    devices: dict[str, torch.device],
     dp: DataParallel,
 ) -> tuple[dict[str, torch.nn.Module], dict[str, torch.nn.Module]]:
     """The references and trainable LMs of the learners ``names``, which all fine-tune ``model``."""
@@ -277,9 +293,12 @@ def _build_models_of(
     from agents.training.adapters import AdapterView, shared_lora_model
 
     lora = LoraConfig(
-        r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0,
-        target_modules=_target_modules(config.lora_target_modules), task_type="CAUSAL_LM",
-    )  # fmt: skip
+        r=config.lora_r,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=0.0,
+        target_modules=_target_modules(config.lora_target_modules),
+        task_type="CAUSAL_LM",
+    )
     checkpoint_activations(config, base)
     shared = shared_lora_model(base, names, lora)
     return dict.fromkeys(names, AdapterView(shared, None)), {n: AdapterView(shared, n) for n in names}
@@ -315,8 +334,14 @@ def check_position_window(context_length: int, model: torch.nn.Module, names: li
         return
     who, name = ", ".join(names), getattr(config, "name_or_path", "") or type(model).__name__
     if any(getattr(config, a, None) is not None for a in ("rope_theta", "rope_parameters", "rope_scaling")):
-        logger.warning("--context-length %d is beyond %s's model (%s) window of %d positions, on which it was "
-                       "trained (its rotary positions run on past it)", context_length, who, name, window)  # fmt: skip
+        logger.warning(
+            "--context-length %d is beyond %s's model (%s) window of %d positions, on which it was "
+            "trained (its rotary positions run on past it)",
+            context_length,
+            who,
+            name,
+            window,
+        )
         return
     raise UsageError(
         f"--context-length {context_length} does not fit {who}'s model ({name}), whose window is {window} "

@@ -146,8 +146,10 @@ def _save_failure(out_dir: str | Path, path: Path, exc: BaseException) -> str:
     if previous is None:
         kept = "No earlier checkpoint exists: a rerun starts at iteration 0."
     else:
-        kept = (f"The previous checkpoint, {previous} ({checkpoint_iteration(previous) + 1} iterations done), is "
-                f"intact: make room, then rerun the same command with --resume (--out {out_dir}) to continue from it.")
+        kept = (
+            f"The previous checkpoint, {previous} ({checkpoint_iteration(previous) + 1} iterations done), is "
+            f"intact: make room, then rerun the same command with --resume (--out {out_dir}) to continue from it."
+        )
     return f"could not write the checkpoint {path}: {cause}{free}. {kept}"
 
 
@@ -168,8 +170,14 @@ def _encode(obj: Any, path: str, tensors: dict[str, torch.Tensor], seen: dict[tu
     """
     if isinstance(obj, torch.Tensor):
         t = obj.detach()
-        same = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype,
-                str(t.device))  # fmt: skip
+        same = (
+            t.untyped_storage().data_ptr(),
+            t.storage_offset(),
+            tuple(t.shape),
+            tuple(t.stride()),
+            t.dtype,
+            str(t.device),
+        )
         if same in seen:
             return {"__tensor__": seen[same]}
         t = t.cpu().contiguous()
@@ -197,8 +205,12 @@ def _encode(obj: Any, path: str, tensors: dict[str, torch.Tensor], seen: dict[tu
     if isinstance(obj, dict):
         if all(isinstance(k, str) and not k.startswith("__") for k in obj):
             return {k: _encode(v, f"{path}/{k}", tensors, seen, storages) for k, v in obj.items()}
-        return {"__dict__": [[_encode(k, f"{path}/key", tensors, seen, storages),
-                              _encode(v, f"{path}/{k}", tensors, seen, storages)] for k, v in obj.items()]}  # fmt: skip
+        return {
+            "__dict__": [
+                [_encode(k, f"{path}/key", tensors, seen, storages), _encode(v, f"{path}/{k}", tensors, seen, storages)]
+                for k, v in obj.items()
+            ]
+        }
     raise CheckpointError(
         f"cannot write {type(obj).__module__}.{type(obj).__qualname__} at {path or 'the top'} into a checkpoint: "
         f"a checkpoint holds tensors and plain data (numbers, strings, lists, tuples, dicts, numpy arrays), "
@@ -332,8 +344,12 @@ def load_latest(out_dir: str | Path, trust: bool = False) -> tuple[Path, dict[st
                 pass
             continue
         if damaged:
-            logger.warning("resuming from %s (iteration %d): the newer %s damaged, set aside as *.damaged",
-                           path.name, checkpoint_iteration(path), "ones are" if len(damaged) > 1 else "one is")  # fmt: skip
+            logger.warning(
+                "resuming from %s (iteration %d): the newer %s damaged, set aside as *.damaged",
+                path.name,
+                checkpoint_iteration(path),
+                "ones are" if len(damaged) > 1 else "one is",
+            )
         return path, state
     if damaged:
         raise DamagedCheckpointError(
@@ -362,7 +378,9 @@ def build_parser() -> argparse.ArgumentParser:
     verify = sub.add_parser("verify", help="check that a checkpoint (a file, or a run's newest) is intact")
     verify.add_argument("path", help="a checkpoint file, or a run folder (its newest checkpoint)")
     convert = sub.add_parser("convert", help="rewrite your own old iter_NNNNNN.pt checkpoint in the safe format")
-    convert.add_argument("path", help="an old checkpoint file, checkpoints/iter_NNNNNN.pt (it is unpickled: yours only)")
+    convert.add_argument(
+        "path", help="an old checkpoint file, checkpoints/iter_NNNNNN.pt (it is unpickled: yours only)"
+    )
     return parser
 
 

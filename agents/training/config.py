@@ -14,126 +14,35 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from agents.algorithms.kl import ESTIMATORS
 from agents.distributed.data_parallel import DataParallel
 from agents.learners.grpo import GRPOConfig
-from agents.learners.lm import LMLearnerConfig, default_mini_batch_size, flag
+from agents.learners.lm import LMLearnerConfig, default_mini_batch_size
 from agents.learners.ppo import PPOConfig
 from agents.training.registry import LEARNER_CONFIGS, LEARNERS
+from agents.training.sections import (
+    ALGOS,
+    GameConfig,
+    GenerationConfig,
+    ModelConfig,
+    OutputConfig,
+    SpeedConfig,
+    TaskConfig,
+)
 from agents.training.trackers import resolve_report_to
 from cory_env.errors import UsageError
-from cory_env.models import EMBEDDED_MODEL
-from cory_env.tasks import TASKS, Task, custom_task, get_task
+from cory_env.tasks import Task, custom_task, get_task
 from cory_env.wrappers import learner_names
 
-ALGOS = ("cory", "ppo")
-
 
 @dataclass(kw_only=True)
-class TaskConfig:
-    """The prompts, the templates and the reward."""
-
-    _argument_group_name: ClassVar[str] = "Task: the prompts, the templates and the reward"
-
-    task: str = flag("sentiment", "task: sentiment (movie-review continuation) or gsm8k (grade-school math)", choices=sorted(TASKS))
-    task_file: str = flag("", "your own prompts: a .jsonl or .csv file, one row per prompt (--task still gives templates and reward)")
-    query_field: str = flag("query", "--task-file column holding the query; the other columns go to the reward as metadata")
-    prompt_source: str = flag("auto", "where the task's prompts come from: auto, or sentiment: imdb, rotten_tomatoes; gsm8k: gsm8k, gsm_symbolic")
-    pioneer_template: str = flag("", "pioneer prompt, a format string with {query} (empty: the task's)")
-    observer_template: str = flag("", "observer prompt, a format string with {query} and {response} (empty: the task's); in a chain of --num-agents N > 2, every later agent's, {response} the previous answer")
-    templates: str = flag("", "a chain's templates, one per agent, as a JSON list (e.g. '[\"{query}\", \"{query}{response}\", \"{query}{responses}\"]': {response_k} is agent k's answer, {responses} all earlier ones); overrides --pioneer-template and --observer-template")
-    reward: str = flag("", "reward (empty: the task's: vader, gsm8k): a registered name, package.module:function, or a Hub text-classification model (raw logit of its positive label)")
-    reward_timeout: float | None = flag(None, "seconds one reward call may take before the run stops with an error naming the reward (default: 300, or no limit for a reward function with the attribute slow = True); 0: no limit")
-
-
-@dataclass(kw_only=True)
-class ModelConfig:
-    """What is fine-tuned, and where."""
-
-    _argument_group_name: ClassVar[str] = "Model: what is fine-tuned, and where"
-
-    model: str = flag(EMBEDDED_MODEL, "model name or path (Hub name, local folder, or the embedded smollm2-135m)")
-    models: str = flag("", "a team of different models: one per agent, comma-separated, llm_0 first (e.g. smollm2-135m,gpt2-large); each has its own tokenizer and frozen reference (empty: --model for every agent)")
-    lora: bool = flag(False, "train LoRA adapters on one shared frozen base (the reference is the base itself)")
-    lora_r: int = flag(16, "LoRA rank")
-    lora_alpha: int = flag(32, "LoRA alpha")
-    lora_target_modules: str = flag("all-linear", "modules that get adapters: all-linear, or comma-separated names (e.g. q_proj,v_proj,lm_head)")
-    load_in_4bit: bool = flag(False, "CUDA only, with --lora: load the base in 4 bits (bitsandbytes NF4), as the paper's GSM8K runs")
-    device: str = flag("auto", "cpu, cuda, or auto (under accelerate launch: each process's own device)")
-    learner_devices: str = flag("", "one device per learner, comma-separated (e.g. cuda:0,cuda:1: llm_0 and llm_1, each with its own reference copy); single process, full fine-tuning")
-
-
-@dataclass(kw_only=True)
-class GameConfig:
-    """The game the learners play: CORY's chain or PPO's pioneer alone, its size and its schedule."""
-
-    _argument_group_name: ClassVar[str] = "Game: CORY or PPO, the agents and the schedule"
-
-    algo: str = flag("cory", "cory: a chain of learners (two, or --num-agents), collective reward, role exchange; ppo: single-agent baseline", choices=list(ALGOS))
-    num_agents: int | None = flag(None, "CORY: agents in the chain (default 2, the paper's pioneer and observer; or the length of --models); each is a learner, llm_0 ... llm_{N-1}, and they rotate through the positions every --role-exchange-period iterations")
-    learner: str = flag("ppo", "learning algorithm of each agent: ppo (value head, GAE); grpo or rloo (critic-free, --group-size responses per prompt)", choices=LEARNERS.keys())
-    iterations: int = flag(45, "training iterations (one batched episode each; at least 1)")
-    batch_size: int = flag(32, "conversations per iteration")
-    role_exchange_period: int = flag(5, "iterations between role exchanges (CORY's T_REx)")
-    no_role_exchange: bool = flag(False, "ablation: never exchange roles")
-    no_knowledge_transfer: bool = flag(False, "ablation: the observer sees only the query")
-    seed: int = flag(0, "random seed (prompts, sampling, minibatches)")
-    preset: str = flag("", "paper-imdb: the paper's IMDB settings (GPT2-Large, distilbert-imdb, batch 256, 100 iterations)", choices=["", "paper-imdb"])
-
-
-@dataclass(kw_only=True)
-class GenerationConfig:
-    """How the answers are sampled."""
-
-    _argument_group_name: ClassVar[str] = "Generation: how the answers are sampled"
-
-    min_new_tokens: int = flag(0, "response length limit is sampled per batch from [min, max] (0: the task's: sentiment 12, gsm8k 128)")
-    max_new_tokens: int = flag(0, "largest response length limit (0: the task's: sentiment 12, gsm8k 256)")
-    temperature: float = flag(1.0, "sampling temperature")
-    top_k: int = flag(0, "top-k sampling (0: off, the paper's setting)")
-    top_p: float = flag(1.0, "nucleus sampling (1.0: off, the paper's setting)")
-    context_length: int = flag(0, "observation width in tokens, prompt + response must fit (0: the task's: sentiment 128, gsm8k 1024)")
-
-
-@dataclass(kw_only=True)
-class OutputConfig:
-    """Files, trackers, checkpoints."""
-
-    _argument_group_name: ClassVar[str] = "Output: files, trackers, checkpoints"
-
-    out: str = flag("runs/cory", "output folder: metrics.csv, samples.jsonl, plots, checkpoints")
-    resume: bool = flag(False, "continue from the newest checkpoint in --out")
-    overwrite: bool = flag(False, "start over in an --out that already holds a run (its checkpoints are deleted)")
-    checkpoint_every: int = flag(10, "save a checkpoint every N iterations (and at the end)")
-    keep_checkpoints: int = flag(1, "newest checkpoints kept; with 2, --resume can fall back if the newest is damaged")
-    trust_checkpoint: bool = flag(False, "--resume may load an old pickle checkpoint (iter_NNNNNN.pt): your own only")
-    samples_per_iteration: int = flag(4, "sample generations per learner written to samples.jsonl")
-    report_to: str = flag("tensorboard", "experiment trackers, as TRL's --report_to (accelerate's): tensorboard (in --out), "
-                        "wandb, mlflow, trackio, ..., comma-separated; all or none. metrics.csv is written anyway")
-    save_model: bool = flag(True, "at the end, write each learner's policy as a Hugging Face model to --out/model/<learner> (with --lora: its PEFT adapter), tokenizer included")
-
-
-@dataclass(kw_only=True)
-class SpeedConfig:
-    """The same numbers, computed faster or in less memory."""
-
-    _argument_group_name: ClassVar[str] = "Speed and memory: the same numbers, computed faster or in less memory"
-
-    gradient_checkpointing: bool = flag(False, "recompute activations in the backward pass: less memory, more time")
-    gradient_checkpointing_observer: bool = flag(False, "CORY: recompute activations only in the observer's update, whose context (query twice + the pioneer's response) is the widest: most of --gradient-checkpointing's memory saving for less of its time")
-    retain_freed_memory: bool = flag(True, "CPU runs on Linux: keep freed memory in the process for reuse instead of returning it to the OS (no page faults on every large tensor; same peak memory; agents.speed.host_memory, figures in docs/benchmarks.md)")
-    cpu_linear: bool = flag(True, "CPU runs in float32: linear layers take the matrix-multiply layout the CPU runs fastest when a decode step multiplies a few rows, and give a frozen LM head a contiguous input (agents.speed.cpu_linear, figures in docs/benchmarks.md)")
-    padding_free: bool = flag(True, "prompt prefills, scoring and training passes run each batch's real tokens as one row, without the padding of its shorter contexts, and the tokens a context starts with in common with an earlier one (a prompt template's head, a GRPO group's prompt) once (as TRL's padding_free; sdpa attention, per context; agents.speed.padding_free)")
-    reuse_scoring_pass: bool = flag(True, "PPO with one minibatch per epoch (--mini-batch-size = --batch-size): epoch 0's training forward pass doubles as the scoring pass of the old log-probs and values, one forward pass fewer per update (agents.speed.scoring_reuse)")
-
-
-@dataclass(kw_only=True)
-class TrainConfig(SpeedConfig, OutputConfig, GenerationConfig, GRPOConfig, PPOConfig, GameConfig, ModelConfig, TaskConfig):
+class TrainConfig(
+    SpeedConfig, OutputConfig, GenerationConfig, GRPOConfig, PPOConfig, GameConfig, ModelConfig, TaskConfig
+):
     """Everything a run needs, composed of its sections; each field is a flag of ``cory-train``.
 
     The sections: :class:`TaskConfig`, :class:`ModelConfig`, :class:`GameConfig`, the learners'
@@ -152,7 +61,9 @@ class TrainConfig(SpeedConfig, OutputConfig, GenerationConfig, GRPOConfig, PPOCo
         if self.algo not in ALGOS:
             raise UsageError(f"algo must be one of {ALGOS}, got {self.algo!r}")
         if self.learner not in LEARNERS:
-            raise UsageError(f"learner must be one of {sorted(LEARNERS)} (or registered in LEARNERS), got {self.learner!r}")
+            raise UsageError(
+                f"learner must be one of {sorted(LEARNERS)} (or registered in LEARNERS), got {self.learner!r}"
+            )
         for name in ("iterations", "batch_size", "checkpoint_every", "keep_checkpoints"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -161,7 +72,9 @@ class TrainConfig(SpeedConfig, OutputConfig, GenerationConfig, GRPOConfig, PPOCo
         if self.num_agents is not None and (isinstance(self.num_agents, bool) or self.num_agents < 1):
             raise UsageError(f"--num-agents must be at least 1, got {self.num_agents}")
         if self.algo == "ppo" and (self.num_agents or 1) > 1:
-            raise UsageError(f"--algo ppo trains one agent, the pioneer alone; --num-agents {self.num_agents} needs --algo cory")
+            raise UsageError(
+                f"--algo ppo trains one agent, the pioneer alone; --num-agents {self.num_agents} needs --algo cory"
+            )
         models = self.model_list()
         if self.algo == "ppo" and len(models) > 1:
             raise UsageError(f"--algo ppo trains one agent, but --models lists {len(models)}: give one, or use --model")
@@ -200,7 +113,9 @@ class TrainConfig(SpeedConfig, OutputConfig, GenerationConfig, GRPOConfig, PPOCo
         try:
             templates = json.loads(self.templates)
         except json.JSONDecodeError as exc:
-            raise UsageError(f"--templates must be a JSON list of strings, one per agent, got {self.templates!r}: {exc}") from exc
+            raise UsageError(
+                f"--templates must be a JSON list of strings, one per agent, got {self.templates!r}: {exc}"
+            ) from exc
         if not isinstance(templates, list) or not all(isinstance(t, str) for t in templates):
             raise UsageError(f"--templates must be a JSON list of strings, one per agent, got {self.templates!r}")
         if len(templates) != self.chain_length():
@@ -231,7 +146,7 @@ class TrainConfig(SpeedConfig, OutputConfig, GenerationConfig, GRPOConfig, PPOCo
         return section(**{f.name: getattr(self, f.name) for f in dataclasses.fields(section) if f.init})
 
 
-def sections(learner: str) -> tuple[type, ...]:
+def sections_for(learner: str) -> tuple[type, ...]:
     """The command line's sections for ``--learner learner``, in ``--help``'s order: the learner's
     own config (:data:`~agents.training.registry.LEARNER_CONFIGS`) between the game and the generation."""
     own = LEARNER_CONFIGS.get(learner, LMLearnerConfig)
@@ -290,10 +205,24 @@ def resolve(config: TrainConfig, data_parallel: DataParallel | None = None) -> T
 #: The paper's IMDB settings (tables 1-2); explicit flags still win.
 PRESETS: dict[str, dict[str, Any]] = {
     "paper-imdb": dict(
-        model="gpt2-large", reward="lvwerra/distilbert-imdb", prompt_source="imdb", iterations=100,
-        batch_size=256, mini_batch_size=256, ppo_epochs=4, lr=1.41e-5, kl_coef=0.3, gamma=1.0, lam=0.95,
-        cliprange=0.2, cliprange_value=0.2, vf_coef=0.1, role_exchange_period=5, min_new_tokens=4, max_new_tokens=15,
-    ),  # fmt: skip
+        model="gpt2-large",
+        reward="lvwerra/distilbert-imdb",
+        prompt_source="imdb",
+        iterations=100,
+        batch_size=256,
+        mini_batch_size=256,
+        ppo_epochs=4,
+        lr=1.41e-5,
+        kl_coef=0.3,
+        gamma=1.0,
+        lam=0.95,
+        cliprange=0.2,
+        cliprange_value=0.2,
+        vf_coef=0.1,
+        role_exchange_period=5,
+        min_new_tokens=4,
+        max_new_tokens=15,
+    ),
 }
 
 
@@ -329,12 +258,27 @@ def with_task_defaults(config: TrainConfig, task: Task) -> TrainConfig:
 
 #: Settings a resumed run may change: how far it runs, what it writes, and how it computes the
 #: same numbers (memory and speed switches). Any other change would not continue the same run.
-RESUMABLE_CHANGES = frozenset({
-    "iterations", "out", "resume", "overwrite", "checkpoint_every", "keep_checkpoints", "trust_checkpoint",
-    "samples_per_iteration", "report_to",
-    "save_model", "retain_freed_memory", "cpu_linear", "padding_free", "reuse_scoring_pass", "reward_timeout",
-    "gradient_checkpointing", "gradient_checkpointing_observer",
-})  # fmt: skip
+RESUMABLE_CHANGES = frozenset(
+    {
+        "iterations",
+        "out",
+        "resume",
+        "overwrite",
+        "checkpoint_every",
+        "keep_checkpoints",
+        "trust_checkpoint",
+        "samples_per_iteration",
+        "report_to",
+        "save_model",
+        "retain_freed_memory",
+        "cpu_linear",
+        "padding_free",
+        "reuse_scoring_pass",
+        "reward_timeout",
+        "gradient_checkpointing",
+        "gradient_checkpointing_observer",
+    }
+)
 
 
 def upgrade_settings(saved: dict[str, Any]) -> dict[str, Any]:
@@ -347,7 +291,11 @@ def upgrade_settings(saved: dict[str, Any]) -> dict[str, Any]:
     """
     saved = dict(saved)
     review = saved.pop("review_source", "auto")
-    if review != "auto" and saved.get("prompt_source", "auto") == "auto" and saved.get("task", "sentiment") == "sentiment":
+    if (
+        review != "auto"
+        and saved.get("prompt_source", "auto") == "auto"
+        and saved.get("task", "sentiment") == "sentiment"
+    ):
         saved["prompt_source"] = review
     saved.pop("tensorboard", None)
     return saved

@@ -27,8 +27,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from agents.training.adapters import AdapterView
 from agents.distributed.fsdp import full_state
+from agents.training.adapters import AdapterView
 from cory_env.models import apply_umask
 
 #: Where a run's policies go, under its --out.
@@ -36,7 +36,11 @@ MODEL_DIR = "model"
 
 
 def save_policies(
-    policies: dict[str, nn.Module], tokenizers: dict[str, Any], folder: str | Path, *, sharded: bool = False,
+    policies: dict[str, nn.Module],
+    tokenizers: dict[str, Any],
+    folder: str | Path,
+    *,
+    sharded: bool = False,
     main: bool = True,
 ) -> dict[str, Path]:
     """Write each policy (a causal LM, or an :class:`~agents.training.adapters.AdapterView`) to

@@ -65,8 +65,14 @@ class MetricsLogger:
         config: the run's settings, stored by the trackers as hyperparameters.
     """
 
-    def __init__(self, out_dir: str | Path, resume: bool = False, *, report_to: str | Sequence[str] = DEFAULT,
-                 config: Mapping[str, Any] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        out_dir: str | Path,
+        resume: bool = False,
+        *,
+        report_to: str | Sequence[str] = DEFAULT,
+        config: Mapping[str, Any] | None = None,
+    ):
         trackers = resolve_report_to(report_to)  # a bad name fails before any file is touched
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)

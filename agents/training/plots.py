@@ -144,9 +144,16 @@ def plot_kl_vs_reward(
                     seeds_y.append(_per_iteration(df, [f"{m}/{y}" for m in members]))
             if not seeds_x:
                 continue
-            curve = pd.DataFrame({
-                "x": pd.concat(seeds_x, axis=1).mean(axis=1), "y": pd.concat(seeds_y, axis=1).mean(axis=1),
-            }).sort_index().dropna()  # fmt: skip
+            curve = (
+                pd.DataFrame(
+                    {
+                        "x": pd.concat(seeds_x, axis=1).mean(axis=1),
+                        "y": pd.concat(seeds_y, axis=1).mean(axis=1),
+                    }
+                )
+                .sort_index()
+                .dropna()
+            )
             if curve.empty:
                 continue
             n = len(seeds_x)
@@ -156,8 +163,11 @@ def plot_kl_vs_reward(
             (line,) = ax.plot(curve["x"], curve["y"], label=legend, **style)
             ax.plot(curve["x"].iloc[0], curve["y"].iloc[0], "o", color=line.get_color())
             ax.plot(curve["x"].iloc[-1], curve["y"].iloc[-1], "s", color=line.get_color())
-    ax.set(xlabel=RUN_PLOTS.get(x, (x,))[0], ylabel=RUN_PLOTS.get(y, (y,))[0],
-           title="mean over seeds per iteration (circle: first, square: last)")  # fmt: skip
+    ax.set(
+        xlabel=RUN_PLOTS.get(x, (x,))[0],
+        ylabel=RUN_PLOTS.get(y, (y,))[0],
+        title="mean over seeds per iteration (circle: first, square: last)",
+    )
     ax.grid(alpha=0.3)
     if ax.lines:
         ax.legend(fontsize="small")

@@ -70,8 +70,12 @@ class RunLock:
         file = self._open_locked()
         stale = _read_holder(file)
         if stale:
-            logger.warning("%s: the run that held it (%s) ended without releasing it (it was killed); "
-                           "this run takes the folder over", self.folder, _describe(stale))  # fmt: skip
+            logger.warning(
+                "%s: the run that held it (%s) ended without releasing it (it was killed); "
+                "this run takes the folder over",
+                self.folder,
+                _describe(stale),
+            )
         file.seek(0)
         file.truncate()
         file.write(json.dumps(_this_process()))

@@ -46,9 +46,16 @@ DEFAULT = "tensorboard"
 #: cory-env's extras (pyproject.toml) that install a tracker; the others name their package.
 EXTRAS = {"wandb": "wandb", "mlflow": "mlflow", "trackio": "trackio"}
 PACKAGES = {
-    "tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow", "trackio": "trackio",
-    "comet_ml": "comet-ml", "aim": "aim", "clearml": "clearml", "dvclive": "dvclive", "swanlab": "swanlab",
-}  # fmt: skip
+    "tensorboard": "tensorboard",
+    "wandb": "wandb",
+    "mlflow": "mlflow",
+    "trackio": "trackio",
+    "comet_ml": "comet-ml",
+    "aim": "aim",
+    "clearml": "clearml",
+    "dvclive": "dvclive",
+    "swanlab": "swanlab",
+}
 #: transformers' ``report_to`` names that accelerate's tracking API has no tracker for.
 _TRANSFORMERS_ONLY = ("azure_ml", "codecarbon", "dagshub", "flyte", "kubeflow", "neptune")
 
@@ -115,8 +122,14 @@ class Trackers:
             (a resumed run logs the iterations after its checkpoint again).
     """
 
-    def __init__(self, names: Sequence[str], out_dir: str | Path, *, config: Mapping[str, Any] | None = None,
-                 purge_step: int | None = None):  # fmt: skip
+    def __init__(
+        self,
+        names: Sequence[str],
+        out_dir: str | Path,
+        *,
+        config: Mapping[str, Any] | None = None,
+        purge_step: int | None = None,
+    ):
         self.names = list(names)
         self.out_dir = Path(out_dir)
         self.config = dict(config) if config is not None else None

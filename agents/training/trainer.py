@@ -38,7 +38,11 @@ from agents.distributed.fsdp import full_state, shard_state
 from agents.learners.base import Episode
 from agents.training.build import assemble, named_trainable, recompute_activations, trainable_parameters
 from agents.training.checkpoint import (
-    checkpoint_dir, checkpoint_iteration, latest_checkpoint, load_latest, save_checkpoint,
+    checkpoint_dir,
+    checkpoint_iteration,
+    latest_checkpoint,
+    load_latest,
+    save_checkpoint,
 )
 from agents.training.config import TrainConfig, check_resumable, resolve
 from agents.training.export import MODEL_DIR, save_policies
@@ -94,10 +98,13 @@ class Trainer:
         }
         if dp.is_distributed:
             weights = {
-                n: fingerprint(state["learners"][n]["model"] if "model" in state["learners"][n]
-                               else named_trainable(learner, gather=sharded))
+                n: fingerprint(
+                    state["learners"][n]["model"]
+                    if "model" in state["learners"][n]
+                    else named_trainable(learner, gather=sharded)
+                )
                 for n, learner in self.learners.items()
-            }  # fmt: skip
+            }
             dp.check_in_sync(weights)
             state["processes"] = dp.gather_objects(self._process_state() | {"weights_sha256": weights})
         return state
@@ -174,9 +181,16 @@ class Trainer:
             metrics.update({f"{name}/{k}": v for k, v in stats.items()})
             metrics[f"{name}/role"] = self.game.unwrapped.possible_agents.index(info["role"])
             for b in range(min(self.config.samples_per_iteration, len(info["query"]))):
-                samples.append(dict(learner=name, role=info["role"], query=info["query"][b],
-                                    response=info["response"][b], task_reward=float(info["task_reward"][b]),
-                                    reward=float(info["reward"][b])))  # fmt: skip
+                samples.append(
+                    dict(
+                        learner=name,
+                        role=info["role"],
+                        query=info["query"][b],
+                        response=info["response"][b],
+                        task_reward=float(info["task_reward"][b]),
+                        reward=float(info["reward"][b]),
+                    )
+                )
         dp = self.data_parallel
         if dp.is_distributed:  # every process's tokens, and its samples tagged with its index
             tokens = dp.sum({"tokens": tokens})["tokens"]
@@ -235,13 +249,18 @@ class Trainer:
             check_resumable(state.get("config", {}), dataclasses.asdict(c), self.out)
             self.load_state_dict(state)
             if main:
-                logger.info("resuming %s from %s: iteration %d of %d", self.out, checkpoint.name, self.iteration,
-                            c.iterations)  # fmt: skip
+                logger.info(
+                    "resuming %s from %s: iteration %d of %d", self.out, checkpoint.name, self.iteration, c.iterations
+                )
         elif c.resume and main:
-            logger.warning("--resume: no checkpoint in %s yet, so the run starts at iteration 0",
-                           checkpoint_dir(self.out))  # fmt: skip
-        records = MetricsLogger(self.out, resume=checkpoint is not None, report_to=c.report_to,
-                                config=dataclasses.asdict(c)) if main else None  # fmt: skip
+            logger.warning(
+                "--resume: no checkpoint in %s yet, so the run starts at iteration 0", checkpoint_dir(self.out)
+            )
+        records = (
+            MetricsLogger(self.out, resume=checkpoint is not None, report_to=c.report_to, config=dataclasses.asdict(c))
+            if main
+            else None
+        )
         if checkpoint is not None and records is not None:
             records.truncate(self.iteration - 1)
         if main:
@@ -279,15 +298,28 @@ class Trainer:
         if abandoned and main:
             kept = latest_checkpoint(self.out)
             first_lost = checkpoint_iteration(kept) + 2 if kept else 1
-            lost = f"iteration {first_lost} is" if first_lost == self.iteration + 1 else \
-                f"iterations {first_lost} to {self.iteration + 1} are"  # fmt: skip
-            logger.warning("stopped by %s during a call of the reward %s, which did not return: %s lost; "
-                           "%s: continue with --resume --out %s", self.stopped_by, abandoned, lost,
-                           f"the last checkpoint, {kept.name}, is kept" if kept else "no checkpoint was written yet",
-                           self.out)  # fmt: skip
+            lost = (
+                f"iteration {first_lost} is"
+                if first_lost == self.iteration + 1
+                else f"iterations {first_lost} to {self.iteration + 1} are"
+            )
+            logger.warning(
+                "stopped by %s during a call of the reward %s, which did not return: %s lost; "
+                "%s: continue with --resume --out %s",
+                self.stopped_by,
+                abandoned,
+                lost,
+                f"the last checkpoint, {kept.name}, is kept" if kept else "no checkpoint was written yet",
+                self.out,
+            )
         elif self.stopped_by and main:
-            logger.warning("stopped by %s after iteration %d of %d, checkpoint saved: continue with --resume --out %s",
-                           self.stopped_by, self.iteration, c.iterations, self.out)  # fmt: skip
+            logger.warning(
+                "stopped by %s after iteration %d of %d, checkpoint saved: continue with --resume --out %s",
+                self.stopped_by,
+                self.iteration,
+                c.iterations,
+                self.out,
+            )
         elif c.save_model and not self.stopped_by:
             self.save_model()
         dp.wait_for_everyone()
@@ -306,7 +338,6 @@ class Trainer:
         folder = self.out / MODEL_DIR if folder is None else Path(folder)
         dp = self.data_parallel
         return save_policies(self.policies, self.tokenizers, folder, sharded=dp.sharded, main=dp.is_main_process)
-
 
 
 def _postfix(metrics: dict[str, float]) -> dict[str, str]:

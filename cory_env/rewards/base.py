@@ -37,9 +37,7 @@ from cory_env.errors import CoryError
 
 
 class RewardFunction(Protocol):
-    def __call__(
-        self, queries: list[str], responses: list[str], **metadata: Any
-    ) -> Sequence[float]: ...
+    def __call__(self, queries: list[str], responses: list[str], **metadata: Any) -> Sequence[float]: ...
 
 
 #: Seconds an abandoned reward call (see ``cancel``) still has to return before it fails.
@@ -115,8 +113,7 @@ def score_responses(
         scores = np.asarray(raw, dtype=np.float64).reshape(-1)
     except (TypeError, ValueError) as exc:
         raise RewardFunctionError(
-            f"reward function {name} must return one float per response, "
-            f"got {type(raw).__name__}: {raw!r:.200}"
+            f"reward function {name} must return one float per response, got {type(raw).__name__}: {raw!r:.200}"
         ) from exc
     if np.ndim(raw) == 0 or scores.shape[0] != len(responses):
         raise RewardFunctionError(
@@ -134,7 +131,9 @@ def score_responses(
     return scores
 
 
-def _call_with_deadline(call: Callable[[], Any], name: str, timeout: float | None, cancel: threading.Event | None) -> Any:
+def _call_with_deadline(
+    call: Callable[[], Any], name: str, timeout: float | None, cancel: threading.Event | None
+) -> Any:
     """``call()`` in a worker thread, waited for until ``timeout`` or :data:`CANCEL_GRACE_S` after ``cancel``."""
     outcome: dict[str, Any] = {}
     done = threading.Event()
@@ -178,8 +177,10 @@ def _check_real_numbers(raw: Any, name: str, queries: list[str], responses: list
     """Refuse scores that are not real numbers (bools, strings, None, objects), naming the first such item."""
     if isinstance(raw, torch.Tensor):
         if raw.dtype == torch.bool or raw.is_complex():
-            raise RewardFunctionError(f"reward function {name} returned a tensor of {raw.dtype}: rewards must be "
-                                      f"real numbers, for example rewards.float()")  # fmt: skip
+            raise RewardFunctionError(
+                f"reward function {name} returned a tensor of {raw.dtype}: rewards must be "
+                f"real numbers, for example rewards.float()"
+            )
         return
     if isinstance(raw, np.ndarray) and raw.dtype.kind in "iuf":
         return

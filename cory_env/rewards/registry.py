@@ -85,8 +85,9 @@ class CheckedReward:
         self.cancel = threading.Event()
 
     def __call__(self, queries: list[str], responses: list[str], **metadata: Any) -> list[float]:
-        return score_responses(self.fn, list(queries), list(responses), metadata, name=self.name,
-                               timeout=self.timeout, cancel=self.cancel).tolist()  # fmt: skip
+        return score_responses(
+            self.fn, list(queries), list(responses), metadata, name=self.name, timeout=self.timeout, cancel=self.cancel
+        ).tolist()
 
     def __repr__(self) -> str:
         return f"CheckedReward({self.name!r}, {self.fn!r})"

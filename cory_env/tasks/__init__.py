@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from cory_env.errors import UsageError
+from cory_env.hub import DatasetUnavailableError
 from cory_env.prompts import PromptSource
 from cory_env.tasks.custom import custom_prompts, custom_task
 from cory_env.tasks.gsm8k import gsm8k_prompts, load_gsm8k
-from cory_env.hub import DatasetUnavailableError
 from cory_env.tasks.sentiment import (
     ReviewPrefixes,
     load_reviews,

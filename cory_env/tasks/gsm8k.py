@@ -93,9 +93,16 @@ def load_gsm8k(source: str = "auto", split: str = "train") -> list[Prompt]:
         return list(_hub_problems(split))
     if source == "gsm_symbolic":
         return list(_embedded_problems()[SPLITS.index(split)])
-    return hub_else_embedded(lambda: _hub_problems(split), lambda: _embedded_problems()[SPLITS.index(split)],
-                             hub_name=GSM8K_NAME, embedded_name="GSM-Symbolic problems", what="gsm8k problems",
-                             unit="problems", split=split, logger=logger)  # fmt: skip
+    return hub_else_embedded(
+        lambda: _hub_problems(split),
+        lambda: _embedded_problems()[SPLITS.index(split)],
+        hub_name=GSM8K_NAME,
+        embedded_name="GSM-Symbolic problems",
+        what="gsm8k problems",
+        unit="problems",
+        split=split,
+        logger=logger,
+    )
 
 
 def _prompt(question: str, solution: str) -> Prompt:

@@ -77,9 +77,16 @@ def load_reviews(source: str = "auto", split: str = "train") -> list[str]:
         return list(_imdb_reviews(split))
     if source == "rotten_tomatoes":
         return list(_rotten_tomatoes_reviews()[SPLITS.index(split)])
-    return hub_else_embedded(lambda: _imdb_reviews(split), lambda: _rotten_tomatoes_reviews()[SPLITS.index(split)],
-                             hub_name="IMDB", embedded_name="Rotten Tomatoes reviews", what="sentiment reviews",
-                             unit="reviews", split=split, logger=logger)  # fmt: skip
+    return hub_else_embedded(
+        lambda: _imdb_reviews(split),
+        lambda: _rotten_tomatoes_reviews()[SPLITS.index(split)],
+        hub_name="IMDB",
+        embedded_name="Rotten Tomatoes reviews",
+        what="sentiment reviews",
+        unit="reviews",
+        split=split,
+        logger=logger,
+    )
 
 
 # --------------------------------------------------------------------------- IMDB
@@ -229,10 +236,7 @@ class ReviewPrefixes:
         return len(self.texts)
 
     def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}({len(self.texts)} reviews, "
-            f"{self.min_tokens}-{self.max_tokens} tokens)"
-        )
+        return f"{type(self).__name__}({len(self.texts)} reviews, {self.min_tokens}-{self.max_tokens} tokens)"
 
     def _token_ids(self, texts: list[str]) -> list[list[int]]:
         encoded = self.tokenizer([t[: self.max_chars] for t in texts], add_special_tokens=False)

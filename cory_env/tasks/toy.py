@@ -81,15 +81,20 @@ def add_task_arguments(parser: argparse.ArgumentParser, roles: Sequence[str] | N
     ``roles`` are ``--role``'s choices; ``None`` leaves the check to the environment (any
     position of a chain)."""
     if roles is None:
-        help = "the position PPO trains: pioneer or observer, or with --num-agents N one of observer_1 ... observer_{N-1}"
+        help = (
+            "the position PPO trains: pioneer or observer, or with --num-agents N one of observer_1 ... observer_{N-1}"
+        )
         parser.add_argument("--role", default="pioneer", help=help)
     else:
         parser.add_argument("--role", choices=list(roles), default="pioneer", help="the role PPO trains")
     parser.add_argument("--with-observer", action="store_true", help="role pioneer: a fixed observer answers after it")
     parser.add_argument("--collective-reward", action="store_true", help="reward the sum of every agent's task reward")
     parser.add_argument("--target-word", default="good", choices=TOY_WORDS, help="the word the reward counts")
-    parser.add_argument("--echo", action="store_true",
-                        help="reward repeating the query's last word instead (the policy must read its context)")  # fmt: skip
+    parser.add_argument(
+        "--echo",
+        action="store_true",
+        help="reward repeating the query's last word instead (the policy must read its context)",
+    )
     parser.add_argument("--other-word", default="bad", choices=TOY_WORDS, help="what the fixed other roles say")
 
 

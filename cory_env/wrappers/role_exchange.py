@@ -39,6 +39,7 @@ from typing import Any
 from pettingzoo import AECEnv
 from pettingzoo.utils.wrappers import BaseWrapper
 
+
 def learner_names(n: int) -> tuple[str, ...]:
     """The learners of a chain of ``n``: ``llm_0`` ... ``llm_{n-1}``."""
     return tuple(f"llm_{i}" for i in range(n))
@@ -46,7 +47,6 @@ def learner_names(n: int) -> tuple[str, ...]:
 
 #: The learners of a chain of two (``learner_names(n)`` for any length).
 LEARNER_NAMES = learner_names(2)
-
 
 
 class RoleExchangeWrapper(BaseWrapper):
