@@ -46,7 +46,8 @@ from agents.integrations.torchrl import (
 from cory_env.tasks.toy import TOY_PROMPTS, add_task_arguments, reward_from_arguments, toy_tokenizer
 
 
-# TorchRL warns for every PettingZoo release but 1.24.3; this one is tested with it (tests/test_torchrl.py).
+# TorchRL warns for every PettingZoo release but 1.24.3; this one is tested with it
+# (tests/agents/integrations/test_torchrl.py).
 warnings.filterwarnings("ignore", message="PettingZoo in TorchRL is tested using version")
 
 
