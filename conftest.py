@@ -10,6 +10,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 # Modules that need an optional extra (pyproject.toml's marl) to import or to run their examples:
-# left out without it, as tests/test_torchrl.py and tests/test_tianshou.py skip without it.
+# left out without it, as tests/agents/integrations/test_torchrl.py and test_tianshou.py skip without it.
 OPTIONAL = {"agents/integrations/torchrl.py": "torchrl", "agents/integrations/tianshou.py": "tianshou"}
 collect_ignore = [path for path, package in OPTIONAL.items() if importlib.util.find_spec(package) is None]

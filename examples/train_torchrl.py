@@ -45,7 +45,8 @@ from agents.training.metrics import MetricsLogger
 from agents.training.plots import plot_run
 from cory_env.tasks.toy import TOY_PROMPTS, add_task_arguments, reward_from_arguments, toy_tokenizer
 
-# TorchRL warns for every PettingZoo release but 1.24.3; this one is tested with it (tests/test_torchrl.py).
+# TorchRL warns for every PettingZoo release but 1.24.3; this one is tested with it
+# (tests/agents/integrations/test_torchrl.py).
 warnings.filterwarnings("ignore", message="PettingZoo in TorchRL is tested using version")
 
 

@@ -1,4 +1,4 @@
-"""Shared fixtures. Tests never touch the Hugging Face Hub."""
+"""Shared fixtures (helpers are in tests/support). Tests never touch the Hugging Face Hub."""
 
 from __future__ import annotations
 
@@ -7,13 +7,18 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from pathlib import Path  # noqa: E402
+
 import pytest  # noqa: E402
+
+from tests.support.envs import PROMPTS, length_reward  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def gpt2_tokenizer():
-    """GPT-2's real BPE tokenizer (50257 tokens, no pad token), built offline: :func:`tests.toy.gpt2_tokenizer`."""
-    from .toy import gpt2_tokenizer
+    """GPT-2's real BPE tokenizer (50257 tokens, no pad token), built offline:
+    :func:`tests.support.toy.gpt2_tokenizer`."""
+    from tests.support.toy import gpt2_tokenizer
 
     tokenizer = gpt2_tokenizer()
     assert len(tokenizer) == 50257
@@ -28,12 +33,13 @@ def embedded_tokenizer():
     return load_tokenizer()
 
 
-def length_reward(queries, responses, **_):
-    """A deterministic toy reward: characters in the response / 10."""
-    return [len(r) / 10 for r in responses]
+@pytest.fixture(scope="module")
+def toy_model(tmp_path_factory) -> Path:
+    """A folder with the tiny random Llama over the toy word tokenizer (:mod:`tests.support.toy`), saved
+    once per test module."""
+    from tests.support.toy import save_tiny_llama, toy_tokenizer
 
-
-PROMPTS = ["The movie was", "I really liked the", "This film is a", "Worst", "An honest"]
+    return save_tiny_llama(tmp_path_factory.mktemp("toy_llama"), toy_tokenizer())
 
 
 @pytest.fixture

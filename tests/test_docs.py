@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import ROOT
+
 DOCS = ROOT / "docs"
 
 
@@ -34,8 +35,12 @@ def site(tmp_path_factory) -> Path:
     env = dict(os.environ, HF_HUB_OFFLINE="1", NO_COLOR="1")
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stdout}\n{result.stderr}"
     assert "WARNING" not in result.stderr, result.stderr
     return out
@@ -143,7 +148,8 @@ def test_index_examples_run(tmp_path):
     assert len(blocks) == 2
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     for code in blocks:
-        result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
-                                capture_output=True, text=True, timeout=600)  # fmt: skip
+        result = subprocess.run(
+            [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+        )
         assert result.returncode == 0, f"{code}\n{result.stderr[-3000:]}"
     assert (tmp_path / "runs" / "quick" / "metrics.csv").is_file()

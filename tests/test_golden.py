@@ -1,16 +1,15 @@
-"""The cross-machine comparison of tests/golden.py: it takes a reordering's rounding, refuses a real change."""
+"""The cross-machine comparison of tests/support/golden.py: it takes a reordering's rounding, refuses a real change."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from .golden import RTOL, assert_same_run
+from tests.support import DATA
+from tests.support.golden import RTOL, assert_same_run
 
-GOLDEN = pd.read_csv(Path(__file__).parent / "data" / "chain_of_two" / "cory_metrics.csv")
+GOLDEN = pd.read_csv(DATA / "chain_of_two" / "cory_metrics.csv")
 FLOAT = "llm_0/policy_loss"
 
 

@@ -82,8 +82,9 @@ def test_ppo_at_the_default_settings_raises_the_embedded_models_sentiment(tmp_pa
     from agents.training.config import TrainConfig
     from agents.training.trainer import Trainer
 
-    config = TrainConfig(algo="ppo", iterations=30, seed=0, out=str(tmp_path), report_to="none", save_model=False,
-                         checkpoint_every=100)  # fmt: skip
+    config = TrainConfig(
+        algo="ppo", iterations=30, seed=0, out=str(tmp_path), report_to="none", save_model=False, checkpoint_every=100
+    )
     Trainer(config).train(progress=False)
     metrics = pd.read_csv(tmp_path / "metrics.csv")
     rise = reward_rise(metrics["pioneer/task_reward_mean"], metrics["pioneer/task_reward_std"], config.batch_size)

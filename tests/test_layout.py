@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import ROOT
 
 
 def test_the_old_module_paths_are_retired_as_the_changelog_says():
@@ -22,8 +22,13 @@ def test_the_old_module_paths_are_retired_as_the_changelog_says():
 
 
 def test_the_checkpoint_tool_runs_as_a_command():
-    result = subprocess.run([sys.executable, "-m", "agents.training.checkpoint", "--help"], capture_output=True, text=True,
-                            cwd=ROOT, timeout=120)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "agents.training.checkpoint", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "verify" in result.stdout and "convert" in result.stdout
 
@@ -38,9 +43,11 @@ def test_the_commands_are_console_scripts_and_the_examples_run_them():
     import tomllib
 
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    for command, module, example in (("cory-train", "agents.cli.train", "train_cory.py"),
-                                     ("cory-eval", "agents.cli.evaluate", "evaluate.py"),
-                                     ("cory-export", "agents.cli.export", "export_model.py")):  # fmt: skip
+    for command, module, example in (
+        ("cory-train", "agents.cli.train", "train_cory.py"),
+        ("cory-eval", "agents.cli.evaluate", "evaluate.py"),
+        ("cory-export", "agents.cli.export", "export_model.py"),
+    ):
         assert scripts[command] == f"{module}:main"
         spec = importlib.util.spec_from_file_location(f"_example_{example[:-3]}", ROOT / "examples" / example)
         script = importlib.util.module_from_spec(spec)
@@ -92,10 +99,28 @@ def test_a_run_is_built_one_way_and_the_trainer_is_the_loop():
 
     steps = ("agents.training.registry", "agents.training.config", "agents.training.build", "agents.training.trainer")
     for i, step in enumerate(steps[:-1]):
-        probe = f"import sys, {step}; print(sorted(m for m in {steps[i + 1:]!r} if m in sys.modules))"
+        probe = f"import sys, {step}; print(sorted(m for m in {steps[i + 1 :]!r} if m in sys.modules))"
         result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300)
         assert result.returncode == 0, result.stderr[-2000:]
         assert result.stdout.strip() == "[]", f"{step} imports {result.stdout.strip()}"
     tree = ast.parse((ROOT / "agents" / "training" / "trainer.py").read_text())
     init = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "__init__")
-    assert init.end_lineno - init.body[0].lineno <= 15, "Trainer.__init__ grew: put settings in resolve, parts in assemble"
+    assert init.end_lineno - init.body[0].lineno <= 15, (
+        "Trainer.__init__ grew: put settings in resolve, parts in assemble"
+    )
+
+
+def test_the_tests_mirror_the_packages():
+    """tests/cory_env/..., tests/agents/<subpackage>/..., tests/benchmarks/: each folder names a real one;
+    what the tests share is in tests/support/ and tests/conftest.py, and no test file imports another."""
+    import ast
+
+    tests = ROOT / "tests"
+    for folder in sorted(p for p in tests.rglob("*") if p.is_dir() and p.name != "__pycache__"):
+        parts = folder.relative_to(tests).parts
+        if parts[0] in ("cory_env", "agents", "benchmarks"):
+            assert (ROOT / folder.relative_to(tests)).is_dir(), f"{folder} mirrors no folder of the repository"
+    for path in tests.rglob("test_*.py"):
+        tree = ast.parse(path.read_text())
+        imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+        assert not [m for m in imported if m.rpartition(".")[2].startswith("test_")], path.name

@@ -5,5 +5,5 @@
 - :mod:`~agents.algorithms.kl`: per-token KL estimators, the KL penalty as per-token rewards,
   and the fixed and adaptive KL controllers.
 
-Each is checked by hand-computed tests (tests/test_ppo_math.py).
+Each is checked by hand-computed tests (tests/agents/algorithms/test_ppo_math.py).
 """

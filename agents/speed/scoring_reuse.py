@@ -8,8 +8,8 @@ weights and inputs as the scoring pass, and only the order differs. With dropout
 detached outputs, put back in the batch's order, are the old ones, so the scoring pass can be
 skipped: one forward pass fewer per update, out of about 14 forward-equivalents with 4 epochs
 (the reference's pass, the scoring pass, then per epoch a forward and a backward of about two)
-or 5 with one. The update agrees with the plain schedule to floating-point rounding (tests/test_training.py)
-and the minibatch shuffling draws the same random numbers. ``benchmarks/iteration.py
+or 5 with one. The update agrees with the plain schedule to floating-point rounding
+(tests/agents/training/test_training.py) and the minibatch shuffling draws the same random numbers. ``benchmarks/iteration.py
 --scoring-reuse-ablation`` times both (docs/benchmarks.md).
 
 The ``ppo`` learner factory (:mod:`agents.training.registry`) switches it on unless

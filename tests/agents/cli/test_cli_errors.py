@@ -1,0 +1,393 @@
+"""The commands print an error of cory-env's own in one line, with exit status 2 (usage) or 1; --debug and
+CORY_DEBUG=1 show its traceback; any other exception keeps its traceback (agents.cli.errors)."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from agents.cli import evaluate as cory_eval
+from agents.cli import export as cory_export
+from agents.cli import train as cory_train
+from agents.cli.errors import DEBUG_VARIABLE, error_line, one_line_errors
+from agents.evaluation import reward_benchmark
+from agents.evaluation.held_out import CheckpointNotFoundError
+from cory_env.errors import CoryError, UsageError
+from cory_env.rewards.registry import RewardNotFoundError
+from tests.support import ROOT
+from tests.support.toy import toy_tokenizer
+
+
+def toy_args(model: Path, out: Path, *extra: str) -> list[str]:
+    """A cory-train command line that trains one tiny iteration in a second or two."""
+    return [
+        "--model",
+        str(model),
+        "--out",
+        str(out),
+        "--reward",
+        "tests.support.toy:fraction_good",
+        "--prompt-source",
+        "rotten_tomatoes",
+        "--iterations",
+        "1",
+        "--batch-size",
+        "2",
+        "--mini-batch-size",
+        "2",
+        "--ppo-epochs",
+        "1",
+        "--min-new-tokens",
+        "2",
+        "--max-new-tokens",
+        "3",
+        "--context-length",
+        "48",
+        "--report-to",
+        "none",
+        "--save-model",
+        "false",
+        *extra,
+    ]
+
+
+@pytest.fixture
+def run(monkeypatch, capsys):
+    """``run(main, prog, args)``: a command's ``main()`` as its console script calls it (``sys.argv`` set, no
+    argv); returns its exit status and stderr. cory-train's log handler is taken off again afterwards."""
+    loggers = [logging.getLogger(name) for name in ("agents", "cory_env")]
+    before = [(logger.level, list(logger.handlers)) for logger in loggers]
+
+    def run_(main, prog: str, args: list[str]) -> tuple[int, str]:
+        monkeypatch.setattr(sys, "argv", [prog, *args])
+        with pytest.raises(SystemExit) as exit_:
+            main()
+        return exit_.value.code, capsys.readouterr().err
+
+    yield run_
+    for logger, (level, handlers) in zip(loggers, before):
+        logger.setLevel(level)
+        logger.handlers[:] = handlers
+
+
+def the_error(stderr: str, prog: str) -> str:
+    """The message of the one error that ends ``stderr`` (after the run's log lines), checked: no traceback, and
+    the error starts a line of its own (not the end of a progress bar's)."""
+    assert "Traceback" not in stderr, stderr[-3000:]
+    head = f"{prog}: error: "
+    assert stderr.count(head) == 1, stderr[-3000:]
+    start = stderr.index(head)
+    assert start == 0 or stderr[start - 1] == "\n", stderr[-3000:]
+    return stderr[start + len(head) :].rstrip("\n")
+
+
+def command(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """A real command line, run offline from the repository (``tests.support.toy`` importable)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", **(env or {})}
+    return subprocess.run(list(args), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def console_script(name: str) -> str:
+    path = Path(sys.executable).with_name(name)
+    if not path.exists():
+        pytest.skip(f"{name} is not installed beside {sys.executable} (pip install -e .)")
+    return str(path)
+
+
+# ------------------------------------------------------------- the real commands, as a user runs them
+
+
+def test_an_unknown_reward_is_one_error_with_its_lines_and_exit_status_2(toy_model, tmp_path):
+    result = command(console_script("cory-train"), *toy_args(toy_model, tmp_path / "run", "--reward", "no_such_reward"))
+    assert result.returncode == 2, result.stderr[-3000:]
+    message = the_error(result.stderr, "cory-train")
+    assert message.startswith("unknown reward 'no_such_reward'")
+    assert "A reward is a registered name" in message.splitlines()[1]  # the message's own lines are kept
+    assert "HF_HUB_OFFLINE" in message
+
+
+def test_debug_shows_the_traceback(toy_model, tmp_path):
+    result = command(
+        console_script("cory-train"), "--debug", *toy_args(toy_model, tmp_path / "run", "--reward", "no_such_reward")
+    )
+    assert result.returncode == 1
+    assert "Traceback (most recent call last)" in result.stderr
+    assert "cory_env.rewards.registry.RewardNotFoundError: unknown reward 'no_such_reward'" in result.stderr
+    assert "cory-train: error:" not in result.stderr
+
+
+def test_a_model_not_there_offline_from_the_example_script(tmp_path):
+    result = command(
+        sys.executable,
+        "examples/train_cory.py",
+        "--model",
+        "some-org/not-there",
+        "--out",
+        str(tmp_path / "run"),
+        "--iterations",
+        "1",
+        "--batch-size",
+        "2",
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    message = the_error(result.stderr, "train_cory.py")  # named as argparse names it
+    assert "some-org/not-there" in message and "HF_HUB_OFFLINE" in message
+
+
+def test_a_data_set_not_there_offline(toy_model, tmp_path):
+    empty = tmp_path / "hf_home"  # no cached IMDB, whatever this machine's cache holds
+    result = command(
+        console_script("cory-train"),
+        *toy_args(toy_model, tmp_path / "run", "--prompt-source", "imdb"),
+        env={"HF_HOME": str(empty), "HF_DATASETS_CACHE": str(empty / "datasets")},
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    message = the_error(result.stderr, "cory-train")
+    assert "IMDB" in message and "rotten_tomatoes" in message
+
+
+# ------------------------------------------------------------- each error class, in the same process
+
+
+def test_a_batch_the_minibatches_do_not_divide(run, toy_model, tmp_path):
+    code, err = run(cory_train.main, "cory-train", toy_args(toy_model, tmp_path, "--batch-size", "3"))
+    assert code == 2
+    assert the_error(err, "cory-train") == "--batch-size 3 must be a multiple of --mini-batch-size 2"
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_a_setting_refused_while_parsing(run, toy_model, tmp_path):
+    code, err = run(cory_train.main, "cory-train", toy_args(toy_model, tmp_path, "--algo", "ppo", "--num-agents", "3"))
+    assert code == 2
+    assert the_error(err, "cory-train").startswith("--algo ppo trains one agent")
+    assert err.count("\n") == 1  # before any log line: the error is all there is
+
+
+def test_a_prompt_longer_than_the_context(run, toy_model, tmp_path):
+    code, err = run(cory_train.main, "cory-train", toy_args(toy_model, tmp_path, "--context-length", "6"))
+    assert code == 2
+    message = the_error(err, "cory-train")
+    assert "context_length=6" in message and "Raise context_length" in message
+
+
+def test_a_prompt_file_not_there(run, toy_model, tmp_path):
+    code, err = run(cory_train.main, "cory-train", toy_args(toy_model, tmp_path, "--task-file", "nowhere.jsonl"))
+    assert code == 2
+    assert the_error(err, "cory-train").startswith("prompt file 'nowhere.jsonl' does not exist")
+
+
+def test_a_reward_function_that_raises(run, toy_model, tmp_path):
+    code, err = run(
+        cory_train.main, "cory-train", toy_args(toy_model, tmp_path, "--reward", "tests.support.toy:broken_reward")
+    )
+    assert code == 1
+    message = the_error(err, "cory-train")
+    assert message.startswith(
+        "reward function tests.support.toy:broken_reward raised ZeroDivisionError: division by zero"
+    )
+    assert "cory:" in err  # the training's progress bar had started: the_error checked the line is the error's
+
+
+def test_a_classifier_reward_without_a_positive_label(run, toy_model, tmp_path):
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    tokenizer = toy_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        num_labels=3,
+        pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
+    )
+    classifier = tmp_path / "three_labels"
+    LlamaForSequenceClassification(config).save_pretrained(classifier)
+    tokenizer.save_pretrained(classifier)
+    code, err = run(cory_train.main, "cory-train", toy_args(toy_model, tmp_path / "run", "--reward", str(classifier)))
+    assert code == 2
+    assert "has 3 labels" in the_error(err, "cory-train") and "positive_label" in err
+
+
+def test_a_resume_from_a_damaged_checkpoint(run, toy_model, tmp_path):
+    damaged = tmp_path / "checkpoints" / "iter_000000.safetensors"
+    damaged.parent.mkdir()
+    damaged.write_bytes(b"\x00" * 64)
+    code, err = run(cory_train.main, "cory-train", toy_args(toy_model, tmp_path, "--resume"))
+    assert code == 1
+    assert the_error(err, "cory-train").startswith(f"no intact checkpoint in {damaged.parent}")
+
+
+def test_an_old_pickle_checkpoint_is_not_trusted(run, toy_model, tmp_path):
+    legacy = tmp_path / "checkpoints" / "iter_000000.pt"
+    legacy.parent.mkdir()
+    torch.save({"iteration": 1}, legacy)
+    code, err = run(cory_export.main, "cory-export", ["--checkpoint", str(tmp_path)])
+    assert code == 1
+    message = the_error(err, "cory-export")
+    assert message.startswith(f"{legacy} is a checkpoint in the old pickle format") and "--trust-checkpoint" in message
+    code, err = run(cory_train.main, "cory-train", toy_args(toy_model, tmp_path, "--resume"))
+    assert code == 1 and "--trust-checkpoint" in the_error(err, "cory-train")
+
+
+def test_an_unknown_tracker(run, toy_model, tmp_path):
+    code, err = run(cory_train.main, "cory-train", toy_args(toy_model, tmp_path, "--report-to", "carrier_pigeon"))
+    assert code == 2
+    assert the_error(err, "cory-train").startswith("--report-to carrier_pigeon: unknown tracker 'carrier_pigeon'")
+
+
+def test_cory_eval_without_a_checkpoint(run, tmp_path):
+    code, err = run(cory_eval.main, "cory-eval", ["--checkpoint", str(tmp_path / "nothing")])
+    assert code == 2
+    assert the_error(err, "cory-eval").startswith(f"no checkpoint at {tmp_path / 'nothing'}")
+    code, err = run(cory_eval.main, "cory-eval", ["--num-prompts", "3"])
+    assert (
+        code == 2
+        and err
+        == "cory-eval: error: give exactly one of --checkpoint (a training run) and --model (a model name or path)\n"
+    )
+
+
+def test_cory_bench_refuses_an_unknown_algorithm(run, tmp_path):
+    code, err = run(reward_benchmark.main, "cory-bench", ["--algos", "ppo", "grpo", "--out", str(tmp_path / "b")])
+    assert code == 2
+    assert the_error(err, "cory-bench") == "--algos ppo grpo: choose among cory, ppo"
+
+
+def test_a_folder_that_holds_a_run(run, toy_model, tmp_path):
+    cory_train.main(toy_args(toy_model, tmp_path))  # a run, with its checkpoint
+    code, err = run(cory_train.main, "cory-train", toy_args(toy_model, tmp_path))
+    assert code == 2
+    assert the_error(err, "cory-train").startswith(f"{tmp_path} already holds a run")
+
+
+def test_a_tracker_whose_package_is_not_installed(run, toy_model, tmp_path):
+    pytest.importorskip("accelerate")
+    if importlib.util.find_spec("comet_ml") is not None:
+        pytest.skip("comet_ml is installed here")
+    code, err = run(cory_train.main, "cory-train", toy_args(toy_model, tmp_path, "--report-to", "comet_ml"))
+    assert code == 1
+    assert the_error(err, "cory-train").startswith(
+        "--report-to comet_ml: the comet_ml tracker needs the comet-ml "
+        "package, which is not installed. Install it with pip install"
+    )
+
+
+def test_a_checkpoint_that_cannot_be_written(run, toy_model, tmp_path):
+    (tmp_path / "checkpoints").write_text("a file where the checkpoints folder goes")
+    code, err = run(cory_train.main, "cory-train", toy_args(toy_model, tmp_path))
+    assert code == 1
+    message = the_error(err, "cory-train")
+    assert message.startswith(f"could not write the checkpoint {tmp_path / 'checkpoints' / 'iter_000000.safetensors'}")
+    assert message.endswith("No earlier checkpoint exists: a rerun starts at iteration 0.")
+
+
+def test_cory_bench_into_a_folder_that_holds_a_benchmark(run, tmp_path):
+    (tmp_path / "benchmark.json").write_text("{}")
+    code, err = run(reward_benchmark.main, "cory-bench", ["--out", str(tmp_path)])
+    assert code == 2
+    assert the_error(err, "cory-bench").startswith(f"{tmp_path} already holds a benchmark: pass --resume")
+
+
+# ------------------------------------------------------------- the mechanism
+
+
+def test_debug_flag_and_variable_let_the_error_through(run, monkeypatch, toy_model, tmp_path):
+    args = toy_args(toy_model, tmp_path, "--reward", "no_such_module:score")
+    monkeypatch.setattr(sys, "argv", ["cory-train", *args, "--debug"])
+    with pytest.raises(RewardNotFoundError, match="cannot import the module 'no_such_module'"):
+        cory_train.main()
+    monkeypatch.setattr(sys, "argv", ["cory-train", *args])
+    monkeypatch.setenv(DEBUG_VARIABLE, "1")
+    with pytest.raises(RewardNotFoundError):
+        cory_train.main()
+    monkeypatch.setenv(DEBUG_VARIABLE, "0")
+    assert run(cory_train.main, "cory-train", args)[0] == 2
+
+
+def test_a_caller_gets_the_exception(toy_model, tmp_path):
+    """main(argv), as tests and other programs call it, raises: the caller decides what to print."""
+    with pytest.raises(UsageError, match="must be a multiple of --mini-batch-size"):
+        cory_train.main([*toy_args(toy_model, tmp_path, "--batch-size", "3"), "--debug"])  # --debug is taken off
+    with pytest.raises(CheckpointNotFoundError) as raised:
+        cory_export.main(["--checkpoint", str(tmp_path / "nothing")])
+    assert isinstance(raised.value, FileNotFoundError)  # what it was before
+
+
+class _SettingNotUnderstood(UsageError):
+    pass
+
+
+class _ServiceDown(CoryError):
+    pass
+
+
+@one_line_errors
+def _fails_with(args: list[str]) -> None:
+    """A command whose only argument names the exception it raises."""
+    raise {
+        "usage": _SettingNotUnderstood("line one\nline two"),
+        "cory": _ServiceDown("down: retry later"),
+        "bug": ZeroDivisionError("a bug"),
+        "interrupt": KeyboardInterrupt(),
+    }[args[0]]
+
+
+def test_any_error_of_cory_envs_own_is_one_line_with_its_exit_code(run):
+    assert run(_fails_with, "prog", ["usage"]) == (2, "prog: error: line one\nline two\n")
+    assert run(_fails_with, "prog", ["cory"]) == (1, "prog: error: down: retry later\n")
+    assert error_line("prog", _ServiceDown()) == "prog: error: _ServiceDown"  # no message: the class says what
+
+
+def test_other_exceptions_and_ctrl_c_go_through_untouched(monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["prog", "bug"])
+    with pytest.raises(ZeroDivisionError, match="a bug"):  # Python prints its traceback and exits with 1
+        _fails_with()
+    monkeypatch.setattr(sys, "argv", ["prog", "interrupt"])
+    with pytest.raises(KeyboardInterrupt):
+        _fails_with()
+
+
+def test_every_command_lists_debug_in_its_help():
+    import runpy
+
+    play_episode = runpy.run_path(str(ROOT / "examples" / "play_episode.py"), run_name="play_episode")
+    for build_parser in (
+        cory_train.build_parser,
+        cory_eval.build_parser,
+        cory_export.build_parser,
+        reward_benchmark.build_parser,
+        play_episode["build_parser"],
+    ):
+        assert "--debug" in build_parser().format_help()
+        assert DEBUG_VARIABLE in build_parser().format_help().replace("\n", " ")
+
+
+@pytest.mark.parametrize(
+    ("argv", "replacement"),
+    [
+        (["--review-source", "imdb"], "use --prompt-source"),
+        (["--review_source=imdb"], "use --prompt-source"),
+        (["--tensorboard", "false"], "use --report-to none"),
+        (["--tensorboard"], "use --report-to none"),
+        (["--no-tensorboard"], "use --report-to none"),
+    ],
+)
+def test_a_retired_flag_is_refused_naming_its_replacement(argv, replacement, capsys):
+    from agents.cli.train import build_parser
+    from agents.evaluation.reward_benchmark import build_parser as bench_parser
+
+    for parser in (build_parser(), bench_parser()):
+        with pytest.raises(SystemExit) as exit:
+            parser.parse_args_into_dataclasses(args=argv)
+        assert exit.value.code == 2
+        assert f"{argv[0].split('=')[0]} was retired in cory-env 0.2: {replacement}" in capsys.readouterr().err
+    assert "--review-source" not in build_parser().format_help()

@@ -1,0 +1,261 @@
+"""The reward-benchmarking harness end to end at toy scale: runs, resume, report, plots, refusals."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import re
+import tomllib
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from scipy import stats
+
+from agents.evaluation.reward_benchmark import main
+from agents.training.config import TrainConfig
+from agents.training.plots import plot_kl_vs_reward
+from cory_env.errors import UsageError
+from tests.support import ROOT
+from tests.support.toy import save_tiny_llama, toy_tokenizer
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+RUNS = ("ppo/seed0", "cory/seed0", "ppo/seed1", "cory/seed1")
+
+
+def toy_args(model: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "--model",
+        str(model),
+        "--reward",
+        "tests.support.toy:fraction_good",
+        "--prompt-source",
+        "rotten_tomatoes",
+        "--batch-size",
+        "4",
+        "--mini-batch-size",
+        "2",
+        "--ppo-epochs",
+        "1",
+        "--lr",
+        "3e-2",
+        "--min-new-tokens",
+        "3",
+        "--max-new-tokens",
+        "4",
+        "--context-length",
+        "48",
+        "--report-to",
+        "none",
+        "--eval-prompts",
+        "4",
+        "--eval-samples-per-prompt",
+        "2",
+        "--eval-batch-size",
+        "8",
+        "--progress",
+        "false",
+        "--out",
+        str(out),
+        *extra,
+    ]
+
+
+def mtimes(out: Path) -> dict[str, int]:
+    return {str(p.relative_to(out)): p.stat().st_mtime_ns for p in out.glob("*/seed*/**/*") if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def benchmark(tmp_path_factory):
+    """A half-finished benchmark (1 seed, 1 iteration), extended to 2 seeds x 2 iterations, then rerun."""
+    model = save_tiny_llama(tmp_path_factory.mktemp("toy_llama"), toy_tokenizer())
+    out = tmp_path_factory.mktemp("bench")
+    main(toy_args(model, out, "--seeds", "1", "--iterations", "1"))
+    first = {run: pd.read_csv(out / run / "metrics.csv") for run in RUNS[:2]}
+    assert not (out / "ppo" / "seed1").exists()
+    main(toy_args(model, out, "--seeds", "2", "--iterations", "2", "--resume"))
+    before = mtimes(out)
+    main(toy_args(model, out, "--seeds", "2", "--iterations", "2", "--resume"))
+    return model, out, first, before
+
+
+def test_runs_are_resumed_not_retrained(benchmark):
+    _, out, first, _ = benchmark
+    for run in RUNS:
+        metrics = pd.read_csv(out / run / "metrics.csv")
+        assert metrics["iteration"].tolist() == [0, 1], run
+        assert (out / run / "checkpoints" / "iter_000001.safetensors").exists()
+    for run, metrics in first.items():  # seed 0: its first iteration kept, the second added by resuming
+        resumed = pd.read_csv(out / run / "metrics.csv")
+        pd.testing.assert_frame_equal(resumed.iloc[:1], metrics, check_exact=True)
+
+
+def test_a_finished_benchmark_is_not_run_again(benchmark):
+    _, out, _, before = benchmark
+    assert mtimes(out) == before  # no checkpoint, metrics or evaluation rewritten
+
+
+def test_report_rows_and_values(benchmark):
+    _, out, _, _ = benchmark
+    report = json.loads((out / "report.json").read_text())
+    rows = [(r["algo"], r["learner"]) for r in report["summary"]]
+    assert rows == [("ppo", "pioneer"), ("cory", "llm_0"), ("cory", "llm_1"), ("cory", "mean")]
+    for row in report["summary"]:
+        assert row["seeds"] == 2
+        for part, metrics in (
+            ("train", ("task_reward_mean", "kl", "combined_reward")),
+            ("eval", ("task_reward_mean", "kl", "combined_reward", "distinct_1", "distinct_2", "repetition_rate")),
+        ):
+            for m in metrics:
+                cell = row[part][m]
+                assert len(cell["values"]) == 2 and all(math.isfinite(v) for v in cell["values"]), (row["algo"], m)
+                assert cell["mean"] == pytest.approx(sum(cell["values"]) / 2)
+        assert row["eval"]["kl"]["mean"] > 0  # trained away from the reference
+    # the report's training numbers are the runs' last rows
+    last = pd.read_csv(out / "ppo" / "seed1" / "metrics.csv").iloc[-1]
+    assert report["runs"]["ppo/seed1"]["train"]["pioneer"]["kl"] == pytest.approx(last["pioneer/kl"])
+    evaluation = json.loads((out / "cory" / "seed0" / "evaluation.json").read_text())
+    assert evaluation["policy"]["iterations_trained"] == 2 and evaluation["num_prompts"] == 4
+    md = (out / "report.md").read_text()
+    assert "| cory | llm_1" in md and "distinct-2" in md and " ± " in md and "![kl](kl.png)" in md
+    assert report["plots"] == ["task_reward.png", "kl.png", "combined_reward.png", "kl_vs_reward.png"]
+    assert "![kl_vs_reward](kl_vs_reward.png)" in md
+    for png in report["plots"]:
+        assert (out / png).read_bytes()[:8] == PNG_MAGIC
+
+
+T_975_DOF1 = math.tan(0.475 * math.pi)  # Student t with 1 dof is Cauchy: 12.7062
+
+
+def test_report_intervals_over_seeds(benchmark):
+    _, out, _, _ = benchmark
+    report = json.loads((out / "report.json").read_text())
+    assert report["confidence"] == 0.95
+    for row in report["summary"]:
+        for part in ("train", "eval"):
+            for m in ("task_reward_mean", "kl", "combined_reward"):
+                cell = row[part][m]
+                # 2 seeds: s / sqrt(2) = |v0 - v1| / 2, so the interval is mean ± 12.7062 |v0 - v1| / 2
+                v0, v1 = cell["values"]
+                half = T_975_DOF1 * abs(v0 - v1) / 2
+                assert (cell["ci_low"], cell["ci_high"]) == pytest.approx((cell["mean"] - half, cell["mean"] + half))
+        assert row["eval"]["kl"]["ci_low"] < row["eval"]["kl"]["mean"] < row["eval"]["kl"]["ci_high"]
+    md = (out / "report.md").read_text()
+    assert "95% t-interval" in md
+    kl = next(r for r in report["summary"] if r["algo"] == "ppo")["eval"]["kl"]
+    assert f"{kl['mean']:.3f} ± {kl['std']:.3f} [{kl['ci_low']:.3f}, {kl['ci_high']:.3f}]" in md
+
+
+def test_report_tests_cory_against_ppo(benchmark):
+    _, out, _, _ = benchmark
+    report = json.loads((out / "report.json").read_text())
+    rows = {(r["algo"], r["learner"]): r for r in report["summary"]}
+    ppo = rows["ppo", "pioneer"]
+    compared = [(c["algo"], c["learner"]) for c in report["comparisons"]]
+    assert compared == [("cory", "llm_0"), ("cory", "llm_1"), ("cory", "mean")]
+    for c in report["comparisons"]:
+        assert c["baseline"] == {"algo": "ppo", "learner": "pioneer"}
+        cory = rows[c["algo"], c["learner"]]
+        for part in ("train", "eval"):
+            assert set(c[part]) == {"task_reward_mean", "kl", "combined_reward"}
+            for m, test in c[part].items():
+                a, b = cory[part][m]["values"], ppo[part][m]["values"]
+                assert test["difference"] == pytest.approx(sum(a) / 2 - sum(b) / 2)
+                if test["p_value"] is None:  # both algorithms constant over seeds: nothing to test
+                    assert len(set(a)) == 1 and len(set(b)) == 1, (c["learner"], part, m)
+                    continue
+                expected = stats.ttest_ind(a, b, equal_var=False)
+                assert (test["t"], test["p_value"]) == pytest.approx((expected.statistic, expected.pvalue))
+                assert test["ci_low"] < test["difference"] < test["ci_high"]
+            assert c[part]["kl"]["p_value"] is not None  # the KL always differs between seeds
+    md = (out / "report.md").read_text()
+    assert "Welch's t-test" in md and md.count("| cory | llm_0   | ppo pioneer") == 2  # training and evaluation
+    kl = report["comparisons"][0]["eval"]["kl"]
+    assert f"{kl['difference']:.3f} [{kl['ci_low']:.3f}, {kl['ci_high']:.3f}], p " in md
+
+
+def test_report_reward_rise(benchmark):
+    _, out, _, _ = benchmark
+    report = json.loads((out / "report.json").read_text())
+    # 2 iterations: k = 1, the last iteration against the first; B = --batch-size 4 per learner.
+    metrics = pd.read_csv(out / "ppo" / "seed0" / "metrics.csv")
+    m0, m1 = metrics["pioneer/task_reward_mean"]
+    s0, s1 = metrics["pioneer/task_reward_std"]
+    rise = report["runs"]["ppo/seed0"]["reward_rise"]["pioneer"]
+    assert rise["difference"] == pytest.approx(m1 - m0)
+    assert rise["se"] == pytest.approx(math.sqrt((s0**2 + s1**2) / 4))
+    if rise["se"] > 0:
+        assert rise["z"] == pytest.approx((m1 - m0) / rise["se"])
+    # CORY's mean of learners: the mean curve, variance (s_0^2 + s_1^2) / (4 B) per iteration
+    cory = pd.read_csv(out / "cory" / "seed1" / "metrics.csv")
+    mean = (cory["llm_0/task_reward_mean"] + cory["llm_1/task_reward_mean"]) / 2
+    var = (cory["llm_0/task_reward_std"] ** 2 + cory["llm_1/task_reward_std"] ** 2) / (4 * 4)
+    rise = report["runs"]["cory/seed1"]["reward_rise"]["mean"]
+    assert rise["difference"] == pytest.approx(mean[1] - mean[0])
+    assert rise["se"] == pytest.approx(math.sqrt(var[0] + var[1]))
+    for row in report["summary"]:
+        per_seed = [report["runs"][f"{row['algo']}/seed{s}"]["reward_rise"][row["learner"]]["z"] for s in (0, 1)]
+        assert row["reward_rise"]["k"] == 1
+        assert row["reward_rise"]["z"]["values"] == [None if z is None else pytest.approx(z) for z in per_seed]
+    assert "reward rise z" in (out / "report.md").read_text()
+
+
+def test_kl_vs_reward_plot_takes_metrics_frames(tmp_path):
+    ppo = pd.DataFrame(
+        {
+            "iteration": [0, 1, 1, 2],
+            "pioneer/kl": [0.0, 0.5, 0.6, 1.0],
+            "pioneer/task_reward_mean": [0.1, 0.2, 0.3, 0.4],
+        }
+    )  # iteration 1 logged twice
+    cory = pd.DataFrame(
+        {
+            "iteration": [0, 1],
+            "llm_0/kl": [0.0, 0.2],
+            "llm_0/task_reward_mean": [0.1, 0.3],
+            "llm_1/kl": [0.0, 0.4],
+            "llm_1/task_reward_mean": [0.1, 0.2],
+        }
+    )
+    no_kl = pd.DataFrame({"iteration": [0], "tokens_per_s": [9.0]})  # nothing to draw: skipped
+    path = plot_kl_vs_reward({"PPO": [ppo, ppo], "CORY": [cory], "other": [no_kl]}, tmp_path / "a" / "kl.png")
+    assert path == tmp_path / "a" / "kl.png" and path.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_refuses_to_mix_or_shorten_benchmarks(benchmark):
+    model, out, _, before = benchmark
+    with pytest.raises(FileExistsError, match="--resume.*--overwrite"):
+        main(toy_args(model, out, "--seeds", "2", "--iterations", "2"))
+    with pytest.raises(ValueError, match=re.escape(f"--kl-coef {TrainConfig().kl_coef!r} -> 0.1")):
+        main(toy_args(model, out, "--seeds", "2", "--iterations", "2", "--kl-coef", "0.1", "--resume"))
+    with pytest.raises(ValueError, match="would shorten them"):
+        main(toy_args(model, out, "--seeds", "2", "--iterations", "1", "--resume"))
+    assert mtimes(out) == before
+
+
+def test_bad_flags_are_explained(tmp_path):
+    with pytest.raises(ValueError, match="cannot import the module 'no_such_module'"):
+        main(["--reward", "no_such_module:score", "--out", str(tmp_path / "b"), "--progress", "false"])
+    assert not (tmp_path / "b").exists()  # nothing written: the corrected command starts afresh
+    with pytest.raises(UsageError, match="choose among cory, ppo"):  # cory-bench prints it in one line, exit 2
+        main(["--algos", "ppo", "grpo", "--out", str(tmp_path / "c")])
+
+
+def test_help_lists_training_and_benchmark_flags(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    for flag in ("--reward", "--seeds", "--iterations", "--batch-size", "--kl-coef", "--eval-prompts", "--resume"):
+        assert flag in text, flag
+    assert "--algo " not in text and "--algos" in text  # the benchmark sets each run's algo itself
+
+
+def test_console_script_and_module_entry_points():
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    module, _, function = scripts["cory-bench"].partition(":")
+    assert getattr(importlib.import_module(module), function) is main
+    assert (
+        'if __name__ == "__main__":\n    main()' in (ROOT / "agents" / "evaluation" / "reward_benchmark.py").read_text()
+    )

@@ -1,0 +1,73 @@
+"""agents.speed.host_memory: freed large blocks are reused without page faults once retained.
+
+Each case runs in a fresh interpreter: the setting is process-wide and would outlive the test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import platform
+import subprocess
+import sys
+
+import pytest
+
+from tests.support import ROOT
+from tests.support.runs import toy_config
+from tests.support.toy import save_tiny_llama, toy_tokenizer
+
+PAGES = 256 * 2**20 // 4096  # in the block the probe fills
+
+# Fill a 256 MiB tensor and free it, twelve times, then count the page faults of doing it again.
+# (With the heap kept, the first few freed blocks can each be stranded: a little too small for
+# the next 64-byte-aligned request of that size, and kept from coalescing by small chunks
+# cached above them; after at most about eight the space is reused. See agents.speed.host_memory.)
+PROBE = """
+import resource, torch
+def fill():
+    x = torch.empty(64 * 2**20)
+    x.fill_(1.0)
+    del x
+for _ in range(12):
+    fill()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+fill()
+print("FAULTS", resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc", reason="glibc's malloc only"
+)
+
+
+def faults_after(setup: str, *args: str) -> int:
+    """Run ``setup`` then the probe in a fresh interpreter; the probe's page faults."""
+    out = subprocess.run(
+        [sys.executable, "-c", setup + PROBE, *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return int(next(line for line in out.stdout.splitlines() if line.startswith("FAULTS")).split()[1])
+
+
+def test_freed_block_is_reused_without_page_faults():
+    # glibc's default: the block went back to the OS, and each of its pages faults again on reuse.
+    assert faults_after("") > PAGES // 2
+    retained = "from agents.speed.host_memory import retain_freed_memory\nassert retain_freed_memory() is True\n"
+    assert faults_after(retained) < PAGES // 100
+
+
+@pytest.mark.parametrize("retain", [True, False])
+def test_a_cpu_trainer_retains_freed_memory_unless_told_not_to(tmp_path, retain):
+    model = save_tiny_llama(tmp_path / "model", toy_tokenizer())
+    config = toy_config(
+        model, tmp_path / "run", iterations=1, batch_size=4, mini_batch_size=4, device="cpu", retain_freed_memory=retain
+    )
+    setup = (
+        "import json, sys\n"
+        "from agents.training.config import TrainConfig\n"
+        "from agents.training.trainer import Trainer\n"
+        "Trainer(TrainConfig(**json.loads(sys.argv[1]))).run_iteration()\n"
+    )
+    faults = faults_after(setup, json.dumps(dataclasses.asdict(config)))
+    assert (faults < PAGES // 100) if retain else (faults > PAGES // 2), faults

@@ -1,0 +1,294 @@
+"""Padding-free passes (agents.speed.padding_free): the same outputs, gradients and updates as padded ones."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+from agents.learners.lm import predicting_columns, response_inputs, response_logits
+from agents.learners.value_model import CausalLMWithValueHead
+from agents.speed import padding_free
+from agents.speed.padding_free import PackedBatch
+from agents.training.trainer import Trainer
+from tests.support.runs import toy_config
+from tests.support.toy import fraction_good
+
+T = 4
+
+
+def tiny(arch: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    if arch == "llama":
+        config = LlamaConfig(
+            vocab_size=40,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            bos_token_id=1,
+            eos_token_id=1,
+        )
+        return LlamaForCausalLM(config).eval()
+    config = GPT2Config(
+        vocab_size=40,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=1,
+        eos_token_id=1,
+    )
+    return GPT2LMHeadModel(config).eval()
+
+
+def batch(shared_head: bool | str = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Three 10-wide contexts: left padding of 3 and 0 columns, and a response that ended 2 tokens
+    early; ``shared_head``: all three start with the same 3 tokens (as a prompt template's head);
+    ``"groups"``: :func:`groups`; ``"shuffled groups"``: the same in a minibatch's shuffled order."""
+    if shared_head == "groups":
+        return groups()
+    if shared_head == "shuffled groups":
+        ids, mask = groups()
+        return ids[SHUFFLE], mask[SHUFFLE]
+    torch.manual_seed(1)
+    ids = torch.randint(3, 40, (3, 10))
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0
+    mask[2, -2:] = 0
+    ids[1, 0] = 18  # seed 1 starts contexts 0 and 1 with the same token: no context shares a first token here
+    if shared_head:
+        ids[0, 3:6] = ids[1, :3] = ids[2, :3] = torch.tensor([7, 8, 9])
+    return ids, mask
+
+
+def test_packing_a_batch_by_hand():
+    ids, mask = batch()
+    packed = PackedBatch.pack(ids, mask, predicting_columns(10, T))
+    assert packed.shared.tolist() == [0, 0, 0]
+    assert packed.input_ids.tolist() == [[*ids[0, 3:].tolist(), *ids[1].tolist(), *ids[2, :8].tolist()]]
+    assert packed.position_ids.tolist() == [[*range(7), *range(10), *range(8)]]
+    assert packed.width == 10 and packed.batch_size == 3
+    # columns 5..8 predict the response; context 0 starts at column 3, context 2 ends at column 7
+    assert packed.logits_to_keep.tolist() == [2, 3, 4, 5, 7 + 5, 7 + 6, 7 + 7, 7 + 8, 17 + 5, 17 + 6, 17 + 7, 17 + 7]
+    x = torch.arange(2 * 25 * 3, dtype=torch.float32).view(1, 2, 25, 3)  # (1, H, N, D)
+    padded = packed.pad(x)
+    assert padded.shape == (3, 2, 10, 3)
+    assert torch.equal(padded[1], x[0, :, 7:17])  # context 1, right-padded by nothing
+    assert torch.equal(packed.unpad(padded.transpose(1, 2)), x.transpose(1, 2))
+    packed.attended.append(True)  # what the attention function does
+    assert packed.unpack(torch.zeros(1, 12, 5)).shape == (3, 4, 5)
+
+
+def test_a_head_all_contexts_share_is_in_the_row_once():
+    ids, mask = batch(shared_head=True)
+    packed = PackedBatch.pack(ids, mask, predicting_columns(10, T))
+    assert packed.shared.tolist() == [0, 3, 3]
+    assert packed.input_ids.tolist() == [[7, 8, 9, *ids[0, 6:].tolist(), *ids[1, 3:].tolist(), *ids[2, 3:8].tolist()]]
+    assert packed.position_ids.tolist() == [[0, 1, 2, *range(3, 7), *range(3, 10), *range(3, 8)]]
+    # context 0's columns 5..8 are its positions 2..5: the head's last token, then its own 3 tokens
+    assert packed.logits_to_keep.tolist() == [2, 3, 4, 5, 7 + 2, 7 + 3, 7 + 4, 7 + 5, 14 + 2, 14 + 3, 14 + 4, 14 + 4]
+    x = torch.arange(19, dtype=torch.float32).view(1, 1, 19, 1)
+    padded = packed.pad(x)[:, 0, :, 0]
+    assert padded[:, :3].tolist() == [[0, 1, 2]] * 3  # the head, in every context
+    assert padded[1].tolist() == [0, 1, 2, *range(7, 14)]
+
+
+def groups() -> tuple[torch.Tensor, torch.Tensor]:
+    """Two groups of two responses to one prompt each, as GRPO's batches (all four prompts start
+    with the same 3-token head): the first group's responses begin with the same token, and the
+    last response ended 2 tokens early."""
+    ids = torch.tensor(
+        [
+            [0, 0, 7, 8, 9, 10, 30, 31, 32, 33],
+            [0, 0, 7, 8, 9, 10, 30, 35, 36, 37],
+            [7, 8, 9, 11, 12, 13, 20, 21, 22, 23],
+            [7, 8, 9, 11, 12, 13, 24, 25, 0, 0],
+        ]
+    )
+    mask = (torch.arange(10) >= torch.tensor([2, 2, 0, 0])[:, None]).long()
+    mask[3, -2:] = 0
+    return ids, mask
+
+
+def test_contexts_share_what_they_start_with_in_common_with_an_earlier_one():
+    ids, mask = groups()
+    packed = PackedBatch.pack(ids, mask, predicting_columns(10, T))
+    assert packed.shared.tolist() == [0, 5, 3, 6]  # a prompt and a first response token; the head; a prompt
+    assert packed.input_ids.tolist() == [[7, 8, 9, 10, 30, 31, 32, 33, 35, 36, 37, 11, 12, 13, 20, 21, 22, 23, 24, 25]]
+    assert packed.position_ids.tolist() == [[*range(8), 5, 6, 7, *range(3, 10), 6, 7]]
+    # context 1's first two kept positions are context 0's tokens; context 3's first is context 2's
+    assert packed.logits_to_keep.tolist() == [3, 4, 5, 6, 3, 4, 8, 9, 13, 14, 15, 16, 13, 18, 19, 19]
+    x = torch.arange(20, dtype=torch.float32).view(1, 1, 20, 1)
+    padded = packed.pad(x)[:, 0, :, 0]
+    assert padded.tolist() == [
+        [*range(8), 0, 0],
+        [0, 1, 2, 3, 4, 8, 9, 10, 0, 0],
+        [0, 1, 2, *range(11, 18)],
+        [0, 1, 2, 11, 12, 13, 18, 19, 0, 0],
+    ]
+    assert torch.equal(packed.unpad(packed.pad(x).transpose(1, 2)), x.transpose(1, 2))
+
+
+SHUFFLE = [2, 0, 3, 1]  # no context next to another of its group
+
+
+def test_contexts_share_with_any_earlier_context_in_a_shuffled_batch():
+    ids, mask = groups()
+    packed = PackedBatch.pack(ids[SHUFFLE], mask[SHUFFLE], predicting_columns(10, T))
+    # the first (a group-2 context); the head with it; group 2's prompt with it; group 1's prompt and first token
+    assert packed.shared.tolist() == [0, 3, 6, 5]
+    assert packed.input_ids.tolist() == [[7, 8, 9, 11, 12, 13, 20, 21, 22, 23, 10, 30, 31, 32, 33, 24, 25, 35, 36, 37]]
+
+
+def test_masks_that_do_not_pack_fall_back_to_the_padded_pass():
+    ids, mask = batch()
+    holed = mask.clone()
+    holed[1, 4] = 0  # a hole inside a context
+    assert PackedBatch.pack(ids, holed, predicting_columns(10, T)) is None
+    late = mask.clone()
+    late[0, :6] = 0  # no real token before the response
+    assert PackedBatch.pack(ids, late, predicting_columns(10, T)) is None
+    assert PackedBatch.pack(ids, torch.ones_like(mask), predicting_columns(10, T)) is None  # nothing to unpad
+    empty = mask.clone()
+    empty[1] = 0  # a context without tokens
+    assert PackedBatch.pack(ids, empty, predicting_columns(10, T)) is None
+    lm = tiny("llama")
+    expected = response_logits(lm, ids, holed, T)
+    padding_free.enable(lm)
+    inputs, _ = response_inputs(lm, ids, holed, T)
+    assert "packed" not in inputs
+    torch.testing.assert_close(response_logits(lm, ids, holed, T), expected)
+
+
+@pytest.mark.parametrize("shared_head", [False, True, "groups", "shuffled groups"])
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_padding_free_outputs_and_gradients_equal_the_padded_ones(arch, shared_head):
+    ids, mask = batch(shared_head)
+    valid = mask[:, -T:].bool()
+    results = {}
+    for on in (False, True):
+        torch.manual_seed(2)
+        model = CausalLMWithValueHead(tiny(arch))
+        assert padding_free.enable(model) if on else not padding_free.is_enabled(model)
+        inputs, unpack = response_inputs(model, ids, mask, T)
+        assert ("packed" in inputs) == on
+        logits, values = model(**inputs)
+        logits, values = unpack(logits), unpack(values)
+        loss = (logits.logsumexp(-1) * valid).sum() + (values * valid).sum()
+        loss.backward()
+        grads = {n: p.grad for n, p in model.named_parameters()}
+        results[on] = (logits[valid], values[valid], grads, response_logits(model.lm, ids, mask, T)[valid])
+    padded, packed = results[False], results[True]
+    torch.testing.assert_close(packed[0], padded[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(packed[1], padded[1], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(packed[3], padded[3], rtol=1e-5, atol=1e-5)
+    for name, grad in padded[2].items():
+        torch.testing.assert_close(packed[2][name], grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_a_model_whose_attention_never_sees_the_packed_batch_is_an_error():
+    """Hugging Face would mask each context apart by its restarting positions, but would not give
+    a shared head to every context: unpacking such outputs raises."""
+    ids, mask = batch(shared_head=True)
+    lm = tiny("llama")
+    padding_free.enable(lm)
+    inputs, unpack = response_inputs(lm, ids, mask, T)
+    del inputs["packed"]
+    with pytest.raises(RuntimeError, match="never received the packed batch.*--no-padding-free"):
+        unpack(lm(**inputs, use_cache=False).logits)
+
+
+def test_decoding_with_a_kv_cache_is_sdpa_itself():
+    ids, mask = batch()
+    prompt, prompt_mask = ids[:, :6], mask[:, :6].clone()
+    plain = tiny("llama")
+    enabled = copy.deepcopy(plain)
+    assert padding_free.enable(enabled)
+    outputs = []
+    for lm in (plain, enabled):
+        with torch.no_grad():
+            out = lm(input_ids=prompt, attention_mask=prompt_mask, use_cache=True)
+            steps, cache, attn = [out.logits], out.cache, prompt_mask
+            for t in range(3):
+                attn = torch.cat([attn, torch.ones(3, 1, dtype=attn.dtype)], 1)
+                out = lm(input_ids=ids[:, 6 + t : 7 + t], attention_mask=attn, cache=cache, use_cache=True)
+                steps.append(out.logits)
+        outputs.append(steps)
+    for a, b in zip(*outputs):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("prompts", ["groups", "shared head"])
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_the_actor_prefills_padding_free_and_then_decodes_as_the_padded_prefill_would(arch, prompts):
+    from agents.acting.actor import LMActor
+
+    ids, mask = groups() if prompts == "groups" else batch(shared_head=True)
+    W, B = 6, ids.shape[0]  # prompts: the first 6 columns (left-padded, sharing a head or a whole prompt)
+    plain = tiny(arch)
+    enabled = copy.deepcopy(plain)
+    assert padding_free.enable(enabled)
+    calls = []
+    enabled.register_forward_pre_hook(lambda m, args, kwargs: calls.append("packed" in kwargs), with_kwargs=True)
+    runs = []
+    for lm in (plain, enabled):
+        actor, logits = LMActor(lm, do_sample=False), []
+        for t in range(4):  # the prompt, then 3 token steps
+            width = W + t
+            obs = dict(
+                input_ids=ids[:, :width].numpy(),
+                attention_mask=mask[:, :width].numpy(),
+                past_length=[0 if t == 0 else width - 1] * B,
+                num_new_tokens=[W if t == 0 else 1] * B,
+            )
+            logits.append(actor.next_token_logits("llm_0", obs))
+        runs.append(logits)
+    assert calls == [True, False, False, False]  # the prompt packed, the token steps as they were
+    for a, b in zip(*runs):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_enable_switches_sdpa_only_and_is_not_saved():
+    lm = tiny("llama")
+    assert padding_free.enable(lm) and padding_free.enable(lm)  # twice: still on
+    assert padding_free.is_enabled(CausalLMWithValueHead(lm))
+    assert padding_free.ATTENTION not in lm.config.to_json_string()  # a saved model loads with sdpa
+    eager = tiny("llama")
+    eager.set_attn_implementation("eager")
+    assert not padding_free.enable(eager) and eager.config._attn_implementation == "eager"
+    assert not padding_free.is_enabled(torch.nn.Linear(2, 2))
+
+
+PROMPTS = ["the movie", "the plot is very", "acting is"]  # 2-4 tokens: the pioneer's contexts are padded
+
+
+@pytest.mark.parametrize(("learner", "lora"), [("ppo", False), ("ppo", True), ("grpo", False)])
+def test_training_with_and_without_padding_free_passes_gives_the_same_run(toy_model, tmp_path, learner, lora):  # noqa: F811
+    runs = []
+    for on in (True, False):
+        config = toy_config(
+            toy_model,
+            tmp_path / str(on),
+            algo="cory",
+            iterations=2,
+            lora=lora,
+            learner=learner,
+            group_size=2,
+            role_exchange_period=1,
+            padding_free=on,
+        )
+        trainer = Trainer(config, prompts=PROMPTS, reward_fn=fraction_good)
+        for lm in trainer.learners.values():
+            assert padding_free.is_enabled(lm.model) == on and padding_free.is_enabled(lm.reference) == on
+        runs.append([trainer.run_iteration()[0] for _ in range(2)])
+    # The same samples and, up to float rounding, the same losses: shared tokens' gradients are
+    # summed in another order, and at lr 1e-2 four Adam steps make that up to about 1e-4 of a loss.
+    for packed, padded in zip(*runs):
+        for key in ("llm_0/policy_loss", "llm_1/policy_loss", "llm_0/kl", "llm_1/kl", "llm_0/task_reward_mean"):
+            assert packed[key] == pytest.approx(padded[key], rel=1e-3, abs=1e-6), key

@@ -1,0 +1,116 @@
+"""One run per output folder: a second run, or a --resume, into a folder a live run holds fails at once."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from agents.training.run_lock import LOCK_NAME, RunFolderInUseError, RunLock
+from tests.support import ROOT
+from tests.support.runs import cli, cli_env, toy_cli_args
+
+HOLD = "import sys, time; from agents.training.run_lock import RunLock; lock = RunLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(120)"
+
+
+def hold_in_another_process(folder):
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(folder)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_a_folder_held_by_a_live_process_is_refused_naming_it(tmp_path):
+    holder = hold_in_another_process(tmp_path)
+    try:
+        with pytest.raises(RunFolderInUseError) as refused:
+            RunLock(tmp_path).acquire()
+        message = str(refused.value)
+        assert str(tmp_path) in message and f"process {holder.pid} on " in message and f"kill {holder.pid}" in message
+        with pytest.raises(RunFolderInUseError):
+            RunLock(tmp_path).check_free()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_killed_holder_leaves_no_lock_and_its_record_is_reported(tmp_path, caplog):
+    holder = hold_in_another_process(tmp_path)
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    RunLock(tmp_path).check_free()  # the operating system released the lock
+    with caplog.at_level(logging.WARNING, logger="agents.training.run_lock"):
+        with RunLock(tmp_path) as lock:
+            assert lock.held and json.loads((tmp_path / LOCK_NAME).read_text())["pid"] == os.getpid()
+    assert f"process {holder.pid} on" in caplog.text and "ended without releasing it" in caplog.text
+    assert (tmp_path / LOCK_NAME).read_text() == ""  # released: no holder recorded
+    with RunLock(tmp_path):  # and no warning for a lock released properly
+        pass
+    assert caplog.text.count("ended without releasing it") == 1
+
+
+def test_the_lock_is_released_when_the_run_raises(tmp_path):
+    with pytest.raises(ZeroDivisionError):
+        with RunLock(tmp_path):
+            raise ZeroDivisionError
+    with RunLock(tmp_path) as again:
+        assert again.held
+
+
+def test_two_runs_started_together_into_one_folder_one_is_refused(toy_model, tmp_path):
+    out = tmp_path / "run"
+    args = cli(
+        *toy_cli_args(
+            toy_model, out, "--algo", "ppo", "--iterations", "3", "--reward", "tests.support.toy:slow_fraction_good"
+        )
+    )
+    environment = cli_env() | {"TOY_REWARD_SLEEP": "1", "OMP_NUM_THREADS": "1"}
+    runs = [
+        subprocess.Popen(args, env=environment, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    results = [(run.pid, run.wait(timeout=300), run.stderr.read()) for run in runs]
+    for run in runs:
+        run.stdout.close()
+        run.stderr.close()
+    (winner, _, won), (loser, _, lost) = sorted(results, key=lambda r: r[1])
+    assert [r[1] for r in sorted(results, key=lambda r: r[1])] == [0, 1], [r[2][-2000:] for r in results]
+    assert f"{out} is in use by another run: process {winner} on" in lost and "Traceback" not in lost
+    assert pd.read_csv(out / "metrics.csv")["iteration"].tolist() == [0, 1, 2]  # the winner's rows, once
+
+
+def test_a_resume_of_a_folder_a_live_run_holds_is_refused_before_loading_models(toy_model, tmp_path):
+    holder = hold_in_another_process(tmp_path)
+    try:
+        result = subprocess.run(
+            cli(*toy_cli_args(toy_model, tmp_path, "--resume", "true", "--iterations", "2")),
+            env=cli_env(),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert result.returncode == 1, result.stderr[-2000:]
+        assert f"{tmp_path} is in use by another run: process {holder.pid}" in result.stderr
+        assert not (tmp_path / "metrics.csv").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize("variable", ["RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK"])
+def test_only_the_launchs_first_process_probes_the_lock(monkeypatch, variable):
+    """torchrun/accelerate set RANK, mpirun (accelerate's CPU launcher) its own variables: every
+    launcher's rank is read, so two processes of one run never probe the lock together."""
+    from agents.distributed.data_parallel import process_rank
+
+    for name in ("RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    assert process_rank() == 0
+    monkeypatch.setenv(variable, "3")
+    assert process_rank() == 3

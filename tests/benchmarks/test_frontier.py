@@ -1,0 +1,301 @@
+"""benchmarks/frontier.py: the report's arithmetic on synthetic runs whose answers are known, and
+the whole pipeline (train, evaluate alone, archive, skip, report) on the toy model."""
+
+from __future__ import annotations
+
+import contextlib
+import doctest
+import io
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchmarks import frontier
+from tests.support import ROOT
+from tests.support.toy import save_tiny_llama, toy_tokenizer
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_docstring_examples():
+    assert doctest.testmod(frontier).failed == 0
+
+
+# ------------------------------------------------------------------------- the arithmetic
+
+
+def test_reward_at_a_budget_is_read_where_the_kl_first_reaches_it():
+    kl = [0.0, 0.5, 1.5, 2.5, 1.0, 4.0]  # crosses 2 between the 3rd and 4th points, then dips below it
+    reward = [0.0, 0.1, 0.3, 0.7, 0.9, 0.2]
+    assert frontier.at_budget(kl, reward, 2.0) == pytest.approx(0.3 + 0.5 * (0.7 - 0.3))
+    assert frontier.at_budget(kl, reward, 2.5) == pytest.approx(0.7)  # exactly on a point
+    assert frontier.at_budget(kl, reward, 0.0) == 0.0  # reached at the start
+    assert math.isnan(frontier.at_budget(kl, reward, 4.5))  # never reached
+
+
+def test_smoothing_is_a_trailing_mean():
+    np.testing.assert_allclose(frontier.smoothed([1, 2, 3, 4, 5, 6], window=3), [1, 1.5, 2, 3, 4, 5])
+
+
+def test_the_envelope_keeps_the_points_no_other_point_beats():
+    kl = [3.0, 1.0, 2.0, 2.0, 4.0, 0.5]
+    reward = [0.6, 0.4, 0.3, 0.5, 0.55, 0.1]
+    xs, ys = frontier.envelope(kl, reward)
+    assert xs.tolist() == [0.5, 1.0, 2.0, 3.0]  # (2, 0.3) is beaten by (1, 0.4) and (2, 0.5); (4, 0.55) by (3, 0.6)
+    assert ys.tolist() == [0.1, 0.4, 0.5, 0.6]
+    xs, _ = frontier.envelope([1.0, math.nan], [0.2, 0.9])
+    assert xs.tolist() == [1.0]
+
+
+def test_interpolation_across_coefficients():
+    assert frontier.interpolate_across([3.0, 1.0], [0.9, 0.1], 2.5) == pytest.approx(0.7)
+    assert math.isnan(frontier.interpolate_across([3.0, 1.0], [0.9, 0.1], 0.9))
+    assert math.isnan(frontier.interpolate_across([], [], 1.0))
+
+
+def test_each_collapse_criterion_alone():
+    steady = [0.1] * 5 + [0.4] * 5
+    assert frontier.collapsed(steady, True, 0.9, 0.9) == []
+    assert frontier.collapsed(steady, True, 0.449, 0.9)[0].startswith("distinct-2 0.449")  # just under half
+    assert frontier.collapsed(steady, True, 0.45, 0.9) == []  # exactly half does not collapse
+    assert frontier.collapsed(steady[::-1], True, 0.9, 0.9)[0].startswith("task reward fell")
+    assert frontier.collapsed(steady, False, 0.9, 0.9) == ["a logged value is not finite"]
+    assert len(frontier.collapsed(steady[::-1], False, 0.1, 0.9)) == 3
+
+
+@pytest.mark.parametrize(
+    ("ppo", "cory", "verdict"),
+    [
+        ([True, True, False], [False, False, False], "supported"),
+        ([True, False, False], [False, False, False], "inconclusive"),  # a minority of PPO's seeds
+        ([True, True, True], [True, False, False], "inconclusive"),  # CORY collapsed once
+        ([True, True, True], [True, True, False], "not supported"),  # CORY collapsed in a majority
+        ([False, False, False], [False, False, False], "not supported"),
+        ([], [False], "inconclusive"),
+    ],
+)
+def test_the_collapse_verdict(ppo, cory, verdict):
+    assert frontier.collapse_verdict(ppo, cory) == verdict
+
+
+# ------------------------------------------------------------------------- a synthetic study
+
+ITERATIONS = 20
+
+
+def write_run(
+    report: Path,
+    name: str,
+    seed: int,
+    learners: dict[str, tuple[np.ndarray, np.ndarray]],
+    held_out: dict[str, tuple[float, float, float]],
+) -> None:
+    """An archived run: ``learners`` -> (task reward, KL) per iteration; ``held_out`` -> (reward, KL, distinct-2)."""
+    folder = report / "runs" / f"{name}-seed{seed}"
+    folder.mkdir(parents=True)
+    columns = {"iteration": np.arange(ITERATIONS)}
+    for learner, (reward, kl) in learners.items():
+        columns |= {
+            f"{learner}/task_reward_mean": reward,
+            f"{learner}/kl": kl,
+            f"{learner}/policy_loss": np.zeros(ITERATIONS),
+            f"{learner}/value_loss": np.zeros(ITERATIONS),
+        }
+    pd.DataFrame(columns).to_csv(folder / "metrics.csv", index=False)
+    (folder / "config.json").write_text("{}")
+    (folder / frontier.SAMPLES_FILE).write_text(
+        json.dumps(
+            {
+                "iteration": ITERATIONS - 1,
+                "learner": next(iter(learners)),
+                "role": "pioneer",
+                "task_reward": 0.5,
+                "query": "q",
+                "response": " r",
+            }
+        )
+        + "\n"
+    )
+    summaries = {learner: {"task_reward_mean": r, "kl": k, "distinct_2": d} for learner, (r, k, d) in held_out.items()}
+    (folder / frontier.EVALUATION_FILE).write_text(json.dumps({"learners": summaries}))
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    """PPO and CORY at every coefficient, 3 seeds: the KL rises linearly (to 4 x the coefficient's
+    factor), the reward is a known function of the KL, CORY's 0.1 higher at every KL; at the large
+    learning rates PPO's reward falls and CORY's rises."""
+    report = tmp_path_factory.mktemp("frontier")
+    t = np.arange(ITERATIONS, dtype=float)
+    for seed, noise in enumerate((-0.01, 0.0, 0.01)):
+        for value in frontier.KL_COEFS:
+            kl = t * (0.2 / (1 + 10 * value))  # coefficient 0.01: up to 3.45; 0.3: up to 0.95
+            for method, lift in (("ppo", 0.0), ("cory", 0.1)):
+                reward = 0.1 * kl + lift + noise
+                learners = (
+                    {"pioneer": (reward, kl)} if method == "ppo" else {"llm_0": (reward, kl), "llm_1": (reward, kl)}
+                )
+                alone = {learner: (0.2 * kl[-1] + lift + noise, kl[-1], 0.8) for learner in learners}
+                write_run(report, frontier.run_name(method, "--kl-coef", value), seed, learners, alone)
+        for value in frontier.LEARNING_RATES:
+            ppo = np.linspace(0.5, 0.1, ITERATIONS)  # falls: collapses
+            write_run(
+                report,
+                frontier.run_name("ppo", "--lr", value),
+                seed,
+                {"pioneer": (ppo, t)},
+                {"pioneer": (0.1, 5.0, 0.8)},
+            )
+            cory = np.linspace(0.1, 0.5, ITERATIONS)
+            write_run(
+                report,
+                frontier.run_name("cory", "--lr", value),
+                seed,
+                {"llm_0": (cory, t), "llm_1": (cory, t)},
+                {"llm_0": (0.4, 2.0, 0.8), "llm_1": (0.4, 2.0, 0.8)},
+            )
+    base = report / "runs" / frontier.BASE
+    base.mkdir()
+    (base / frontier.EVALUATION_FILE).write_text(
+        json.dumps({"learners": {"pioneer": {"task_reward_mean": 0.1, "distinct_2": 0.9}}})
+    )
+    path = frontier.write_report(report, ITERATIONS, [0, 1, 2], {"frontier", "lr"})
+    return report, path.read_text()
+
+
+def test_the_synthetic_frontier_verdicts(synthetic):
+    report, md = synthetic
+    runs = frontier.load_runs(report, ITERATIONS)
+    assert len(runs) == 2 * 3 * (len(frontier.KL_COEFS) + len(frontier.LEARNING_RATES))
+    # By hand: at a budget B the smoothed curves are linear, so the reward there is 0.1 B + lift + noise.
+    ppo = [r for r in runs if r.name == "ppo-kl0.01"]
+    assert [frontier.reward_at(r, 1.0) for r in ppo] == pytest.approx([0.09, 0.1, 0.11])
+    for budget in (1, 2, 3):
+        assert f"- KL {budget}: **CORY above PPO: supported**, cory - ppo = +0.100" in md
+    # Only the smallest coefficients reach a KL of 3; all four reach 0.5 and the best is any of them (equal).
+    assert frontier.best_at(frontier.group(runs, "frontier"), "ppo", 3.0)[0] == 0.01
+    assert "- KL 1: **GRPO above PPO: inconclusive**" in md  # no GRPO run
+    assert (report / "frontier.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_the_synthetic_collapse_and_models_alone(synthetic):
+    report, md = synthetic
+    assert "- lr 0.0001: **supported**; collapsed: PPO 3 of 3 seeds, CORY 0 of 3" in md
+    assert "task reward fell" in md and (report / "lr_curves.png").read_bytes()[:8] == PNG_MAGIC
+    # Alone: per seed, held-out reward 0.2 KL + lift + noise across coefficients; CORY better by 0.1 at a KL of 1.
+    assert "| 1 | cory - ppo | 0.300 [0.275, 0.325] (3) | 0.200 [0.175, 0.225] (3) | +0.100" in md
+    assert "| base model | - | 1 | 0.100 | 0.000 | 0.900 |" in md
+
+
+def test_the_page_gets_the_claims_table_and_the_report_between_its_markers(synthetic, tmp_path):
+    report, _ = synthetic
+    page = tmp_path / "reproduction.md"
+    (start, end), (report_start, report_end) = frontier.CLAIMS_MARKERS, frontier.REPORT_MARKERS
+    page.write_text(
+        f"# Title\n\n{start}\nold\n{end}\n\nkept\n\n## Frontier\n\n{report_start}\nold\n{report_end}\nend\n"
+    )
+    frontier.write_report(report, ITERATIONS, [0, 1, 2], {"frontier", "lr"}, page=page)
+    text = page.read_text()
+    assert "old" not in text and text.startswith("# Title\n\n") and "\nkept\n" in text and text.endswith("end\n")
+    claims = text[text.index(start) : text.index(end)]
+    assert "| At the same KL, CORY reaches a higher task reward than PPO" in claims
+    assert "KL 1: +0.100 [" in claims and "KL 1: supported; KL 2: supported; KL 3: supported" in claims
+    assert "lr 0.0001: PPO 3/3, CORY 0/3 seeds" in claims and "lr 0.0001: supported" in claims
+    body = text[text.index(report_start) : text.index(report_end)]
+    assert "\n### Rules (fixed before the runs)\n" in body and "\n#### Verdicts at matched KL\n" in body
+    assert "frontier.png)" in body and "](frontier.png)" not in body  # the figure's path from the page
+    (tmp_path / "bare.md").write_text("no markers")
+    with pytest.raises(SystemExit, match="lacks the markers"):
+        frontier.update_page(tmp_path / "bare.md", ["x"], ["y"], report)
+
+
+def test_the_reproduction_studys_own_verdicts_from_its_tracked_runs():
+    """reproduce.py's rules on docs/reproduction/runs give what docs/reproduction.md reports."""
+    verdicts = frontier.reproduction_verdicts()
+    assert {name: verdict for name, (verdict, _) in verdicts.items()} == {
+        "(a)": "inconclusive",
+        "(b)": "not supported",
+        "(c)": "inconclusive",
+    }
+    assert "final KL: PPO 3.150, CORY 2.560" in verdicts["(a)"][1]
+
+
+# ------------------------------------------------------------------------- the real pipeline, toy scale
+
+
+def test_runs_are_trained_evaluated_alone_archived_and_skipped(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the runs import tests.support.toy
+    model = save_tiny_llama(tmp_path / "toy_llama", toy_tokenizer())
+    report, root = tmp_path / "report", tmp_path / "runs"
+    flags = [
+        "--model",
+        str(model),
+        "--reward",
+        "tests.support.toy:fraction_good",
+        "--prompt-source",
+        "rotten_tomatoes",
+        "--batch-size",
+        "4",
+        "--mini-batch-size",
+        "2",
+        "--ppo-epochs",
+        "1",
+        "--context-length",
+        "48",
+        "--min-new-tokens",
+        "3",
+        "--max-new-tokens",
+        "3",
+    ]
+    argv = [
+        "--studies",
+        "lr",
+        "--seeds",
+        "0",
+        "--iterations",
+        "2",
+        "--root",
+        str(root),
+        "--report",
+        str(report),
+        *flags,
+    ]
+    monkeypatch.setattr(frontier, "EVAL_PROMPTS", 4)
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        frontier.main(argv)
+    names = sorted(p.name for p in (report / "runs").iterdir())
+    assert names == ["base", "cory-lr0.0001-seed0", "cory-lr0.0003-seed0", "ppo-lr0.0001-seed0", "ppo-lr0.0003-seed0"]
+    cory = report / "runs" / "cory-lr0.0003-seed0"
+    assert sorted(p.name for p in cory.iterdir()) == ["config.json", "evaluation.json", "metrics.csv", "samples.jsonl"]
+    evaluation = json.loads((cory / "evaluation.json").read_text())
+    assert sorted(evaluation["learners"]) == ["llm_0", "llm_1"] and evaluation["num_prompts"] == 4
+    assert json.loads((cory / "config.json").read_text())["lr"] == 3e-4
+    assert not (root / "cory-lr0.0003" / "seed0" / "checkpoints").exists()  # deleted once archived
+    md = (report / "results.md").read_text()
+    assert "| cory-lr0.0003 | 0 | archived |" in md and "| ppo-lr0.0001 | 0 | archived |" in md
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        frontier.main(argv)  # again: everything is archived, nothing trains
+    assert buffer.getvalue().count("archived, skipped") == 4 and "starting" not in buffer.getvalue()
+
+
+def test_the_run_order_gives_whole_seeds_of_the_papers_questions_first():
+    order = frontier.run_order({"frontier", "lr"}, [0, 1])
+    assert len(order) == len(set(order)) == 2 * (3 * len(frontier.KL_COEFS) + 2 * len(frontier.LEARNING_RATES))
+    assert order[:4] == [("ppo-kl0.01", 0), ("cory-kl0.01", 0), ("ppo-kl0.05", 0), ("cory-kl0.05", 0)]
+    assert order[8:12] == [("ppo-lr0.0001", 0), ("cory-lr0.0001", 0), ("ppo-lr0.0003", 0), ("cory-lr0.0003", 0)]
+    assert order[12] == ("ppo-kl0.01", 1) and order[24] == ("grpo-kl0.01", 0)
+    assert frontier.run_order({"lr"}, [0]) == order[8:12]
+
+
+def test_flags_the_study_sets_are_refused(capsys):
+    for flag in ("--kl-coef", "--lr", "--learner", "--seed"):
+        with pytest.raises(SystemExit):
+            frontier.main([flag, "1"])
+        assert "the study sets these itself" in capsys.readouterr().err

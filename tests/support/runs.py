@@ -1,0 +1,82 @@
+"""Toy training runs: the tiny model (the ``toy_model`` fixture) on the toy task, in process
+(:func:`toy_config`) or through examples/train_cory.py (:func:`cli`, :func:`toy_cli_args`)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from agents.training.config import TrainConfig
+from tests.support import ROOT
+
+PROMPTS = ["the movie was", "the plot is", "acting is very"]
+
+
+def toy_config(model: Path, out: Path, **kw) -> TrainConfig:
+    defaults = dict(
+        model=str(model),
+        iterations=12,
+        batch_size=16,
+        mini_batch_size=8,
+        ppo_epochs=4,
+        lr=1e-2,
+        kl_coef=0.05,
+        min_new_tokens=6,
+        max_new_tokens=6,
+        out=str(out),
+        report_to="none",
+        checkpoint_every=100,
+        context_length=48,
+    )
+    defaults.update(kw)
+    return TrainConfig(**defaults)
+
+
+def reward_curve(out: Path, learner: str) -> np.ndarray:
+    return pd.read_csv(out / "metrics.csv")[f"{learner}/task_reward_mean"].to_numpy()
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, str(ROOT / "examples" / "train_cory.py"), *args]
+
+
+def cli_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+
+
+def toy_cli_args(model: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "--model",
+        str(model),
+        "--reward",
+        "tests.support.toy:fraction_good",
+        "--prompt-source",
+        "rotten_tomatoes",
+        "--batch-size",
+        "4",
+        "--mini-batch-size",
+        "2",
+        "--ppo-epochs",
+        "2",
+        "--lr",
+        "1e-2",
+        "--min-new-tokens",
+        "3",
+        "--max-new-tokens",
+        "5",
+        "--context-length",
+        "48",
+        "--out",
+        str(out),
+        "--report-to",
+        "none",
+        *extra,
+    ]
+
+
+def metrics_without_timing(out: Path) -> pd.DataFrame:
+    return pd.read_csv(out / "metrics.csv").drop(columns=["tokens_per_s", "seconds"])
