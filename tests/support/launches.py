@@ -1,5 +1,5 @@
 """Runs of two CPU processes (gloo, CUDA hidden) under ``accelerate launch``, and their checkpoints
-compared; :func:`toy_config` is the one-iteration run of a single process that places learners."""
+compared; :func:`one_iteration_config` is the one-iteration run of a single process that places learners."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def hide_cuda_env(**extra: str) -> dict[str, str]:
     }
 
 
-def toy_config(model: Path, out: Path, **kw) -> TrainConfig:
+def one_iteration_config(model: Path, out: Path, **kw) -> TrainConfig:
     defaults = dict(
         model=str(model),
         iterations=1,

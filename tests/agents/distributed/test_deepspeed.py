@@ -33,7 +33,7 @@ from tests.support.launches import (
     accelerate_launch,
     assert_states_close,
     free_port,
-    toy_config,
+    one_iteration_config,
     whole_state,
 )
 from tests.support.runs import PROMPTS
@@ -113,7 +113,7 @@ def test_zero_refuses_lora(monkeypatch, toy_model, tmp_path):
     launched.zero = ZeROSettings()
     monkeypatch.setattr(DataParallel, "from_environment", classmethod(lambda cls: launched))
     with pytest.raises(ValueError, match="full fine-tuning only.*multi_gpu.yaml"):
-        Trainer(toy_config(toy_model, tmp_path, lora=True), prompts=PROMPTS, reward_fn=fraction_good)
+        Trainer(one_iteration_config(toy_model, tmp_path, lora=True), prompts=PROMPTS, reward_fn=fraction_good)
 
 
 # ---------------------------------------------------------------- what each process holds

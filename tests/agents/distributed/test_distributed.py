@@ -29,7 +29,7 @@ from agents.training.config import TrainConfig
 from agents.training.trainer import Trainer
 from tests.support import ROOT
 from tests.support.distributed_worker import collectives_worker
-from tests.support.launches import accelerate_launch, free_port, hide_cuda_env, launch_command, toy_config
+from tests.support.launches import accelerate_launch, free_port, hide_cuda_env, launch_command, one_iteration_config
 from tests.support.runs import PROMPTS
 from tests.support.runs import toy_cli_args as launch_args  # the CLI flags of a tiny run
 from tests.support.toy import fraction_good
@@ -90,7 +90,7 @@ def test_unsupported_launches_are_refused_with_the_fix(monkeypatch, env, message
 
 # ---------------------------------------------------------------- learner placement (single process)
 def test_learner_devices_place_each_learner(toy_model, tmp_path):
-    config = toy_config(toy_model, tmp_path, learner_devices="cpu, cpu")
+    config = one_iteration_config(toy_model, tmp_path, learner_devices="cpu, cpu")
     trainer = Trainer(config, prompts=PROMPTS, reward_fn=fraction_good)
     for learner in trainer.learners.values():
         assert learner.device == torch.device("cpu")
@@ -114,7 +114,7 @@ def test_learner_devices_place_each_learner(toy_model, tmp_path):
 )
 def test_bad_devices_are_refused(toy_model, tmp_path, kw, message):
     with pytest.raises(ValueError, match=message):
-        Trainer(toy_config(toy_model, tmp_path, **kw), prompts=PROMPTS, reward_fn=fraction_good)
+        Trainer(one_iteration_config(toy_model, tmp_path, **kw), prompts=PROMPTS, reward_fn=fraction_good)
 
 
 # ---------------------------------------------------------------- accelerate launch, 2 processes

@@ -28,7 +28,7 @@ from tests.support.launches import (
     accelerate_launch,
     assert_states_close,
     free_port,
-    toy_config,
+    one_iteration_config,
     whole_state,
 )
 from tests.support.runs import PROMPTS
@@ -85,7 +85,7 @@ def test_fsdp_refuses_lora_before_loading_models(monkeypatch, toy_model, tmp_pat
         monkeypatch.setenv(k, v)
     assert DataParallel.from_environment().fsdp == FSDPSettings()
     with pytest.raises(ValueError, match="FSDP shards full fine-tuning only.*multi_gpu.yaml"):
-        Trainer(toy_config(toy_model, tmp_path, lora=True), prompts=PROMPTS, reward_fn=fraction_good)
+        Trainer(one_iteration_config(toy_model, tmp_path, lora=True), prompts=PROMPTS, reward_fn=fraction_good)
 
 
 # ---------------------------------------------------------------- what each process holds
