@@ -28,11 +28,14 @@ memory is at most 1.3x PPO's; our CORY needs at most 40% of the authors' CORY ti
                                                    # (--group-size 4 responses per prompt); --task gsm8k
     python benchmarks/iteration.py --no-lora --chain-lengths 3,4   # also CORY chains of 3 and 4 agents
                                                    # (--num-agents; docs/teams.md)
+    python benchmarks/iteration.py --no-lora --padding-free-ablation --before 9305e01   # every configuration
+                                                   # also with the code of another commit, side by side
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import resource
 import statistics
@@ -40,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 AUTHORS = {"ppo": (15.3, 3.7), "cory": (32.8, 6.0)}  # seconds per iteration, peak GB
@@ -126,11 +130,12 @@ def child(spec: dict) -> None:
     )
 
 
-def run(name: str, config: dict, iterations: int, count_flops: bool) -> dict:
-    """One fresh child process: a warm-up iteration, then ``iterations`` timed ones."""
+def run(name: str, config: dict, iterations: int, count_flops: bool, script: Path | str = __file__) -> dict:
+    """One fresh child process of ``script`` (this one, or its copy in another commit's tree): a
+    warm-up iteration, then ``iterations`` timed ones."""
     spec = json.dumps({"config": config, "iterations": iterations, "count_flops": count_flops})
     proc = subprocess.run(
-        [sys.executable, __file__, "--child", spec], capture_output=True, text=True, env=None, check=False
+        [sys.executable, str(script), "--child", spec], capture_output=True, text=True, env=None, check=False
     )
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
     if line is None:
@@ -157,12 +162,44 @@ def combine(rounds: list[dict]) -> dict:
     }
 
 
+def measure(configs: dict[str, dict], args: argparse.Namespace, before: Path | None) -> dict[str, dict]:
+    """Round by round, every configuration once (and, with ``before``, right after it the same one
+    with that commit's code): the machine's speed drifts by several percent over minutes, and then
+    drifts for all of them alike."""
+    runs = {name: (config, __file__) for name, config in configs.items()}
+    if before is not None:
+        runs = {
+            label: spec
+            for name, config in configs.items()
+            for label, spec in ((name, (config, __file__)), (f"{name} @{args.before}", (config, before)))
+        }
+    rounds: dict[str, list[dict]] = {name: [] for name in runs}
+    for r in range(args.rounds):
+        print(f"round {r + 1}/{args.rounds}", flush=True)
+        for name, (config, script) in runs.items():
+            rounds[name].append(run(name, config, args.iterations, count_flops=r == 0, script=script))
+    return {name: combine(rs) for name, rs in rounds.items()}
+
+
 def paired(results: dict[str, dict], a: str, b: str) -> str:
     """``a``'s time over ``b``'s, round by round (measured minutes apart, so the machine's drift cancels):
     the median and the range."""
     ratios = sorted(x / y for x, y in zip(results[a]["round_seconds"], results[b]["round_seconds"]))
     spread = f" (rounds {ratios[0]:.2f}-{ratios[-1]:.2f})" if len(ratios) > 1 else ""
     return f"{statistics.median(ratios):.2f}x{spread}"
+
+
+@contextlib.contextmanager
+def checkout(revision: str) -> Iterator[Path]:
+    """This script as it is at ``revision``, in a temporary git worktree (removed afterwards)."""
+    root = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", str(tree), revision], check=True)
+        try:
+            yield tree / "benchmarks" / "iteration.py"
+        finally:
+            subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(tree)], check=False)
 
 
 def main() -> None:
@@ -233,6 +270,12 @@ def main() -> None:
         default="",
         help="also write a PNG of the results here (seconds split into the matmul floor and the rest; peak memory)",
     )
+    p.add_argument(
+        "--before",
+        default="",
+        help="a git revision: also run every configuration with that commit's code, interleaved in the same "
+        "rounds, and print each one's time now / then (a change's speed, side by side in one run)",
+    )
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -273,14 +316,8 @@ def main() -> None:
     }
     if not args.no_lora:
         configs |= {f"{a}+lora": dict(common, algo=a, lora=True, **cory_only.get(a, {})) for a in ("ppo", "cory")}
-    # Round by round, every configuration once: the machine's speed drifts by several percent over
-    # minutes, and then drifts for all of them alike.
-    rounds: dict[str, list[dict]] = {name: [] for name in configs}
-    for r in range(args.rounds):
-        print(f"round {r + 1}/{args.rounds}", flush=True)
-        for name, config in configs.items():
-            rounds[name].append(run(name, config, args.iterations, count_flops=r == 0))
-    results = {name: combine(rs) for name, rs in rounds.items()}
+    with checkout(args.before) if args.before else contextlib.nullcontext() as before:
+        results = measure(configs, args, before)
     print()
     for name, res in results.items():
         floor = res["flops"] / res["gemm_flops_per_s"]
@@ -325,6 +362,9 @@ def main() -> None:
         print(f"CORY+LoRA peak / PPO+LoRA peak:            {m['cory+lora'] / m['ppo+lora']:.2f}x  (target <= 1.3x)")
         if "ppo" in m:
             print(f"CORY+LoRA peak / PPO (full) peak:          {m['cory+lora'] / m['ppo']:.2f}x")
+    for name in configs if args.before else ():
+        then = f"{name} @{args.before}"
+        print(f"{name} now / {then}: {paired(results, name, then)} time, {m[name] / m[then]:.2f}x peak memory")
     if args.plot:
         plot(results, args.plot, authors=at_authors_settings(args, p))
         print(f"plot: {args.plot}")

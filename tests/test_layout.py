@@ -72,15 +72,23 @@ def test_no_module_has_much_over_400_lines_of_code():
     assert max(sizes.values()) <= 420, sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
 
 
-def test_learners_and_their_math_never_import_a_speed_mechanism():
-    """A run switches speed mechanisms on (agents.training.build); the algorithms read the same without them."""
+def test_learners_actors_and_their_math_never_import_a_speed_mechanism():
+    """A run switches speed mechanisms on (agents.training.build, .registry): a padding-free model
+    packs its own passes, so acting/ and learners/ call a model one plain way and read the same
+    without them. Checked through every import, not only the direct ones."""
     import ast
 
-    for folder in ("learners", "algorithms"):
+    for folder in ("learners", "algorithms", "acting"):
         for path in sorted((ROOT / "agents" / folder).glob("*.py")):
+            module = f"agents.{folder}.{path.stem}".removesuffix(".__init__")
+            probe = f"import sys, {module}; print(sorted(m for m in sys.modules if m.startswith('agents.speed')))"
+            result = subprocess.run(
+                [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300
+            )
+            assert result.returncode == 0, result.stderr[-2000:]
+            assert result.stdout.strip() == "[]", f"{module} imports {result.stdout.strip()}"
             tree = ast.parse(path.read_text())
             imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
-            imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
             assert not [m for m in imported if m.startswith("agents.speed")], path.name
 
 

@@ -18,7 +18,6 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,8 +29,6 @@ from transformers.generation.logits_process import (
     TopKLogitsWarper,
     TopPLogitsWarper,
 )
-
-from agents.speed import padding_free
 
 
 @dataclass
@@ -46,37 +43,6 @@ def generate_positions(attention_mask: torch.Tensor) -> torch.Tensor:
     """Position ids of left-padded contexts as ``generate`` gives them: each real token's count
     of real tokens before it (padding gets 0, which nothing attends to)."""
     return (attention_mask.cumsum(-1) - 1).clamp(min=0)
-
-
-def forward_inputs(
-    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: torch.Tensor
-) -> tuple[dict[str, Any], Callable[[torch.Tensor], torch.Tensor]]:
-    """Keyword arguments of a forward pass of ``model`` over ``(B, W)`` left-padded contexts that
-    keeps the outputs of the columns ``keep`` (increasing), and the function that shapes those
-    outputs ``(B, len(keep), ...)``: padding-free (:mod:`agents.speed.padding_free`) when ``model`` has it
-    enabled and the masks allow (``inputs["packed"]`` is then the packed batch), else the padded
-    batch with positions counting real tokens only, as ``generate``."""
-    packed = padding_free.PackedBatch.pack(input_ids, attention_mask, keep) if padding_free.is_enabled(model) else None
-    if packed is not None:
-        inputs = dict(
-            input_ids=packed.input_ids,
-            attention_mask=None,
-            position_ids=packed.position_ids,
-            logits_to_keep=packed.logits_to_keep,
-            packed=packed,
-        )
-        return inputs, packed.unpack
-    inputs = dict(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=generate_positions(attention_mask),
-        logits_to_keep=keep,
-    )
-    return inputs, _as_is
-
-
-def _as_is(x: torch.Tensor) -> torch.Tensor:
-    return x
 
 
 def sample_categorical(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -198,19 +164,12 @@ class LMActor:
         device = self.device
         ids = torch.tensor(np.atleast_2d(observation["input_ids"])[:, -new:], device=device)
         mask = torch.tensor(np.atleast_2d(observation["attention_mask"])[:, -(past + new) :], device=device)
-        if past == 0:  # a turn's prompts: padding-free where the model and masks allow
-            inputs, unpack = forward_inputs(self.model, ids, mask, keep=torch.tensor([new - 1], device=device))
-        else:  # a token step: only the next token's logits
-            inputs = dict(
-                input_ids=ids, attention_mask=mask, position_ids=generate_positions(mask)[:, -new:], logits_to_keep=1
-            )
-            unpack = _as_is
+        positions = generate_positions(mask)[:, -new:]
+        keep = torch.tensor([new - 1], device=device) if past == 0 else 1  # the last column's logits
         cache = self._caches[agent]
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            out = self.model(**inputs, cache=cache, use_cache=True)
-        if (packed := inputs.get("packed")) is not None:
-            # The cache as a padded prefill leaves it, so the token steps that follow run as usual.
-            for layer in cache.layers:
-                layer.keys, layer.values = packed.left_pad(layer.keys, mask), packed.left_pad(layer.values, mask)
+            out = self.model(
+                input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep, cache=cache, use_cache=True
+            )
         self._cached_length[agent] = past + new
-        return unpack(out.logits)[:, -1, :].float()
+        return out.logits[:, -1, :].float()

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 from trl.trainer.utils import selective_log_softmax
 
-from agents.acting.actor import LMActor, forward_inputs
+from agents.acting.actor import LMActor, generate_positions
 from agents.algorithms.kl import ESTIMATORS, AdaptiveKLController, FixedKLController, kl_per_token
 from agents.distributed.data_parallel import DataParallel
 from agents.distributed.optimizer_step import optimizer_steps
@@ -48,19 +48,23 @@ def predicting_columns(width: int, T: int, device: torch.device | str | None = N
     return torch.arange(width - T - 1, width - 1, device=device)
 
 
-def response_inputs(
-    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, T: int
-) -> tuple[dict[str, Any], Callable[[torch.Tensor], torch.Tensor]]:
-    """Keyword arguments of a forward pass of ``model`` whose outputs predict the last ``T`` tokens
-    (the response) of ``(B, W)`` left-padded contexts, and the function that shapes those outputs
-    ``(B, T, ...)``: :func:`~agents.acting.actor.forward_inputs` at :func:`predicting_columns`."""
-    return forward_inputs(model, input_ids, attention_mask, predicting_columns(input_ids.shape[1], T, input_ids.device))
+def response_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, T: int) -> dict[str, Any]:
+    """Keyword arguments of a forward pass whose outputs ``(B, T, ...)`` predict the last ``T`` tokens
+    (the response) of ``(B, W)`` left-padded contexts: positions count real tokens only (as
+    ``generate``), ``logits_to_keep`` the :func:`predicting_columns`. A model made padding-free
+    (:mod:`agents.speed.padding_free`, at build time) packs such a call itself."""
+    columns = predicting_columns(input_ids.shape[1], T, input_ids.device)
+    return dict(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=generate_positions(attention_mask),
+        logits_to_keep=columns,
+    )
 
 
 def response_logits(lm: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, T: int) -> torch.Tensor:
     """Logits ``(B, T, V)`` that predicted the last ``T`` tokens (the response), left padding handled."""
-    inputs, unpack = response_inputs(lm, input_ids, attention_mask, T)
-    return unpack(lm(**inputs, use_cache=False).logits)
+    return lm(**response_inputs(input_ids, attention_mask, T), use_cache=False).logits
 
 
 def flag(default: Any, help: str, **kw: Any) -> Any:

@@ -161,10 +161,9 @@ class PPOLearner(LMLearner):
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, T: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Float32 logits ``(B, T, V)`` predicting the response tokens, and their values ``(B, T)``."""
-        inputs, unpack = response_inputs(self.model, ids, mask, T)
         with self._autocast():
-            logits, values = self.model(**inputs)
-        return unpack(logits).float(), unpack(values).float()
+            logits, values = self.model(**response_inputs(ids, mask, T))
+        return logits.float(), values.float()
 
     @torch.no_grad()
     def _score(

@@ -28,13 +28,19 @@ cache. A model whose attention does not pass the packed batch on would be wrong 
 would mask each context apart by its restarting positions, without the shared tokens), so
 unpacking its outputs raises an error that names the fix.
 
-:func:`enable` switches a model from sdpa to :data:`ATTENTION` (``--no-padding-free`` leaves it
-alone); :func:`~agents.learners.lm.response_logits` and the PPO learner's passes then pack
-whenever :func:`is_enabled` says so and the batch's masks allow (each context's real tokens in
-one run, at least one before the response). So does :class:`~agents.acting.actor.LMActor` when it
-prefills a turn's prompts: :meth:`PackedBatch.left_pad` then lays the KV cache out as a padded
-prefill leaves it, and the token steps run as before. Other attention implementations (eager,
-flash attention) keep the padded passes.
+A run makes its models padding-free when it builds them (``agents.training.build``, unless
+``--no-padding-free``), as nanoGPT's speed mechanisms wrap the model and the loop never knows:
+:func:`enable` switches a model from sdpa to :data:`ATTENTION` and mixes
+:class:`PaddingFreeForward` into its class (and into a value head's around it). Its ``forward``
+then packs every call that asks for some columns' outputs of a padded batch
+(``logits_to_keep`` a tensor of columns; the scoring and training passes of
+:func:`~agents.learners.lm.response_inputs`, and the prefill of a turn's prompts by
+:class:`~agents.acting.actor.LMActor`) where the masks allow (each context's real tokens in one
+run, at least one before the response), and returns what the padded call would: logits and
+values ``(B, K, ...)``, and a KV cache laid out as a padded prefill leaves it
+(:meth:`PackedBatch.left_pad`), so the token steps run as before. The actor and the learners
+call a model one plain way, and never import this module. Other attention implementations
+(eager, flash attention) keep the padded passes.
 
 Example:
     >>> import torch
@@ -231,19 +237,92 @@ AttentionInterface.register(ATTENTION, attention)
 AttentionMaskInterface.register(ATTENTION, sdpa_mask)  # the masks of unpacked calls (decoding) are sdpa's
 
 
+class PaddingFreeForward:
+    """Mixed into a model's own class by :func:`enable`: its ``forward`` runs a padded batch packed.
+
+    A call that asks for the outputs of some columns (``logits_to_keep`` a 1-D tensor) of ``(B, W)``
+    left-padded contexts (``attention_mask``), with no tokens in its KV cache yet and no hidden
+    states or attentions asked for, is packed (:meth:`PackedBatch.pack`); the model's own forward
+    runs on the packed row, and what it returns comes back as the padded call's: logits (and a
+    value head's values) ``(B, len(keep), ...)``, and a KV cache laid out as a padded prefill leaves
+    it (:meth:`PackedBatch.left_pad`), so the token steps that follow run as usual. Any other call,
+    or one whose masks do not allow packing, is the model's own forward. The callers never know.
+    """
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        packed = None if args else _pack(**kwargs)
+        if packed is None:
+            return super().forward(*args, **kwargs)
+        row = dict(input_ids=packed.input_ids, attention_mask=None, position_ids=packed.position_ids)
+        out = super().forward(**{**kwargs, **row, "logits_to_keep": packed.logits_to_keep, "packed": packed})
+        if (cache := kwargs.get("cache")) is not None:  # keys and values as a padded prefill leaves them
+            mask = kwargs["attention_mask"]
+            for layer in cache.layers:
+                layer.keys, layer.values = packed.left_pad(layer.keys, mask), packed.left_pad(layer.values, mask)
+        if isinstance(out, tuple):  # a value head's (logits, values)
+            return type(out)(packed.unpack(x) for x in out)
+        out.logits = packed.unpack(out.logits)
+        return out
+
+
+def _pack(
+    input_ids: Any = None,
+    attention_mask: Any = None,
+    logits_to_keep: Any = 0,
+    cache: Any = None,
+    packed: PackedBatch | None = None,
+    output_hidden_states: bool | None = None,
+    output_attentions: bool | None = None,
+    **_: Any,
+) -> PackedBatch | None:
+    """The packed batch of a call :class:`PaddingFreeForward` may pack (see there), else ``None``."""
+    if packed is not None or output_hidden_states or output_attentions:  # packed already, or asks for more
+        return None
+    columns = torch.is_tensor(logits_to_keep) and logits_to_keep.dim() == 1
+    padded = torch.is_tensor(input_ids) and input_ids.dim() == 2 and torch.is_tensor(attention_mask)
+    if not (columns and padded and attention_mask.shape == input_ids.shape):
+        return None
+    if cache is not None and cache.get_seq_length() > 0:  # a token step: the cache holds the context
+        return None
+    return PackedBatch.pack(input_ids, attention_mask, logits_to_keep)
+
+
+_PADDING_FREE_CLASSES: dict[type, type] = {}
+
+
+def _mix_in(module: nn.Module) -> None:
+    """Give ``module`` its class with :class:`PaddingFreeForward` mixed in (same name: a saved model's
+    ``architectures`` stay the original's; weights, state dict keys and deep copies are unchanged)."""
+    cls = type(module)
+    if issubclass(cls, PaddingFreeForward):
+        return
+    if cls not in _PADDING_FREE_CLASSES:
+        names = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__}
+        _PADDING_FREE_CLASSES[cls] = type(cls.__name__, (PaddingFreeForward, cls), names)
+    module.__class__ = _PADDING_FREE_CLASSES[cls]
+
+
 def enable(model: nn.Module) -> bool:
-    """Switch the Hugging Face model inside ``model`` from sdpa to :data:`ATTENTION` (the same
-    kernel); return whether its passes can now be padding-free. Other attention implementations
-    are left as they are (``False``)."""
+    """Make ``model``'s passes padding-free, where its attention allows: switch the Hugging Face
+    model inside it from sdpa to :data:`ATTENTION` (the same kernel) and mix
+    :class:`PaddingFreeForward` into its class, and into ``model``'s own if ``model`` wraps it (a
+    value head: it then packs once, outside). Return whether it is on; other attention
+    implementations are left as they are (``False``). Apply it to a base model before copying it
+    (copies keep the class and the attention implementation)."""
     hf = hugging_face_model(model)
     if hf is None:
         return False
     if hf.config._attn_implementation == "sdpa":
         hf.set_attn_implementation(ATTENTION)
-    return hf.config._attn_implementation == ATTENTION
+    if hf.config._attn_implementation != ATTENTION:
+        return False
+    _mix_in(hf)
+    if model is not hf:
+        _mix_in(model)
+    return True
 
 
 def is_enabled(model: nn.Module) -> bool:
     """Whether ``model``'s forward passes can be padding-free (:func:`enable` was applied)."""
     hf = hugging_face_model(model)
-    return hf is not None and hf.config._attn_implementation == ATTENTION
+    return hf is not None and hf.config._attn_implementation == ATTENTION and isinstance(hf, PaddingFreeForward)

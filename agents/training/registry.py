@@ -29,6 +29,7 @@ from agents.learners.grpo import GRPOConfig, GRPOLearner, RLOOConfig
 from agents.learners.lm import LMLearnerConfig
 from agents.learners.ppo import PPOConfig, PPOLearner
 from agents.learners.value_model import CausalLMWithValueHead
+from agents.speed import padding_free
 from agents.speed.scoring_reuse import reuse_scoring_pass
 
 LearnerFactory = Callable[..., Learner]
@@ -37,6 +38,8 @@ LearnerFactory = Callable[..., Learner]
 def ppo_learner(config, *, policy, reference, seed, sampling, device, data_parallel=None) -> PPOLearner:
     """PPO-LLM: the policy gets a value head (critic)."""
     model = CausalLMWithValueHead(policy).to(device)
+    if config.padding_free:  # the value head packs once, around the LM (agents.speed.padding_free)
+        padding_free.enable(model)
     if data_parallel is not None:
         data_parallel.shard(model.v_head)  # FSDP: the value head is a unit of its own (the LM is one already)
     learner = PPOLearner(model, reference, config.learner_config(), seed, sampling, data_parallel=data_parallel)

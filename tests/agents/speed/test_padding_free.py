@@ -13,10 +13,19 @@ from agents.learners.value_model import CausalLMWithValueHead
 from agents.speed import padding_free
 from agents.speed.padding_free import PackedBatch
 from agents.training.trainer import Trainer
+from cory_env.models import hugging_face_model
 from tests.support.runs import toy_config
 from tests.support.toy import fraction_good
 
 T = 4
+
+
+def packing(model: torch.nn.Module) -> list[bool]:
+    """Whether each forward pass of ``model``'s decoder stack from now on runs a packed batch."""
+    calls: list[bool] = []
+    backbone = hugging_face_model(model).base_model
+    backbone.register_forward_pre_hook(lambda m, args, kwargs: calls.append("packed" in kwargs), with_kwargs=True)
+    return calls
 
 
 def tiny(arch: str) -> torch.nn.Module:
@@ -161,9 +170,9 @@ def test_masks_that_do_not_pack_fall_back_to_the_padded_pass():
     lm = tiny("llama")
     expected = response_logits(lm, ids, holed, T)
     padding_free.enable(lm)
-    inputs, _ = response_inputs(lm, ids, holed, T)
-    assert "packed" not in inputs
+    calls = packing(lm)
     torch.testing.assert_close(response_logits(lm, ids, holed, T), expected)
+    assert calls == [False]  # the model's own forward, padded
 
 
 @pytest.mark.parametrize("shared_head", [False, True, "groups", "shuffled groups"])
@@ -176,10 +185,9 @@ def test_padding_free_outputs_and_gradients_equal_the_padded_ones(arch, shared_h
         torch.manual_seed(2)
         model = CausalLMWithValueHead(tiny(arch))
         assert padding_free.enable(model) if on else not padding_free.is_enabled(model)
-        inputs, unpack = response_inputs(model, ids, mask, T)
-        assert ("packed" in inputs) == on
-        logits, values = model(**inputs)
-        logits, values = unpack(logits), unpack(values)
+        calls = packing(model)
+        logits, values = model(**response_inputs(ids, mask, T))  # one plain call, packed or not
+        assert calls == [on]
         loss = (logits.logsumexp(-1) * valid).sum() + (values * valid).sum()
         loss.backward()
         grads = {n: p.grad for n, p in model.named_parameters()}
@@ -198,10 +206,9 @@ def test_a_model_whose_attention_never_sees_the_packed_batch_is_an_error():
     ids, mask = batch(shared_head=True)
     lm = tiny("llama")
     padding_free.enable(lm)
-    inputs, unpack = response_inputs(lm, ids, mask, T)
-    del inputs["packed"]
+    lm.set_attn_implementation("sdpa")  # its attention is no longer the one that reads the packed batch
     with pytest.raises(RuntimeError, match="never received the packed batch.*--no-padding-free"):
-        unpack(lm(**inputs, use_cache=False).logits)
+        response_logits(lm, ids, mask, T)
 
 
 def test_decoding_with_a_kv_cache_is_sdpa_itself():
@@ -234,8 +241,7 @@ def test_the_actor_prefills_padding_free_and_then_decodes_as_the_padded_prefill_
     plain = tiny(arch)
     enabled = copy.deepcopy(plain)
     assert padding_free.enable(enabled)
-    calls = []
-    enabled.register_forward_pre_hook(lambda m, args, kwargs: calls.append("packed" in kwargs), with_kwargs=True)
+    calls = packing(enabled)
     runs = []
     for lm in (plain, enabled):
         actor, logits = LMActor(lm, do_sample=False), []
@@ -256,8 +262,13 @@ def test_the_actor_prefills_padding_free_and_then_decodes_as_the_padded_prefill_
 
 def test_enable_switches_sdpa_only_and_is_not_saved():
     lm = tiny("llama")
+    keys = list(lm.state_dict())
     assert padding_free.enable(lm) and padding_free.enable(lm)  # twice: still on
-    assert padding_free.is_enabled(CausalLMWithValueHead(lm))
+    assert padding_free.is_enabled(CausalLMWithValueHead(lm)) and padding_free.is_enabled(copy.deepcopy(lm))
+    # What it changes is the model's class, under the same name: weights, their names and a saved
+    # model's architectures are the model's own.
+    assert isinstance(lm, LlamaForCausalLM) and type(lm).__name__ == "LlamaForCausalLM"
+    assert list(lm.state_dict()) == keys
     assert padding_free.ATTENTION not in lm.config.to_json_string()  # a saved model loads with sdpa
     eager = tiny("llama")
     eager.set_attn_implementation("eager")
