@@ -163,21 +163,17 @@ def combine(rounds: list[dict]) -> dict:
 
 
 def measure(configs: dict[str, dict], args: argparse.Namespace, before: Path | None) -> dict[str, dict]:
-    """Round by round, every configuration once (and, with ``before``, right after it the same one
-    with that commit's code): the machine's speed drifts by several percent over minutes, and then
-    drifts for all of them alike."""
-    runs = {name: (config, __file__) for name, config in configs.items()}
-    if before is not None:
-        runs = {
-            label: spec
-            for name, config in configs.items()
-            for label, spec in ((name, (config, __file__)), (f"{name} @{args.before}", (config, before)))
-        }
-    rounds: dict[str, list[dict]] = {name: [] for name in runs}
+    """Round by round, every configuration once (and, with ``before``, next to it the same one with
+    that commit's code, the two in turn first): the machine's speed drifts by several percent over
+    minutes, and then drifts for all of them alike."""
+    rounds: dict[str, list[dict]] = {}
     for r in range(args.rounds):
         print(f"round {r + 1}/{args.rounds}", flush=True)
-        for name, (config, script) in runs.items():
-            rounds[name].append(run(name, config, args.iterations, count_flops=r == 0, script=script))
+        for name, config in configs.items():
+            pair = [(name, __file__), (f"{name} @{args.before}", before)] if before is not None else [(name, __file__)]
+            for label, script in pair if r % 2 == 0 else pair[::-1]:  # which goes first alternates
+                result = run(label, config, args.iterations, count_flops=r == 0, script=script)
+                rounds.setdefault(label, []).append(result)
     return {name: combine(rs) for name, rs in rounds.items()}
 
 
