@@ -169,7 +169,12 @@ class LMActor:
         cache = self._caches[agent]
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.bf16):
             out = self.model(
-                input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep, cache=cache, use_cache=True
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                logits_to_keep=keep,
+                cache=cache,
+                use_cache=True,
             )
         self._cached_length[agent] = past + new
         return out.logits[:, -1, :].float()
