@@ -16,9 +16,11 @@ answering held-out prompts alone, as a user would ship it. Every run is an ordin
 ppo is ``--algo ppo``, grpo ``--algo ppo --learner grpo`` (single agent, critic-free, groups of
 ``--group-size`` answers; its ``--kl-coef`` is the beta of its k3 loss term, not a reward
 penalty, so its coefficients are not the same knob: the comparison is at matched measured KL),
-cory ``--algo cory``. The paper's two questions go first, seed by seed (at each seed the frontier
-runs, then the learning-rate runs), then GRPO seed by seed, so that a study stopped early
-compares whole seeds. ``--list`` prints every run's flags.
+cory ``--algo cory``. The runs go in the order of PHASES: first PPO and CORY at the KL
+coefficients 0.01 and 0.05 over every seed (whose trajectories cross the KL budgets 1-3, so
+that a study the CPU budget stops early has intervals at matched KL), then the other two
+coefficients and the learning-rate runs seed by seed, then GRPO seed by seed.
+``--list`` prints every run's flags.
 
 Each run, once trained (under ``--root``, outside the work tree, resumable as in
 benchmarks/reproduce.py), is evaluated alone on held-out prompts (``examples/evaluate.py
@@ -88,11 +90,15 @@ METHODS: dict[str, list[str]] = {
 }
 KL_COEFS = (0.01, 0.05, 0.1, 0.3)
 LEARNING_RATES = (1e-4, 3e-4)
-#: The runs in the order they go: phase by phase, within a phase seed by seed (so that a study
-#: stopped early has whole seeds of the paper's two questions), each stage (study, methods,
-#: the flag varied, its values) of the phase at that seed.
+#: The runs in the order they go: phase by phase, within a phase seed by seed, each stage (study,
+#: methods, the flag varied, its values) of the phase at that seed. The first phase is what a
+#: verdict needs soonest: PPO and CORY at the two coefficients whose final KLs span the budgets
+#: 1-3 (0.05 ends near KL 2-2.5, 0.01 near 7-10), over every seed, so that a study the CPU budget
+#: stops early has intervals at matched KL; then the other coefficients and the learning rates,
+#: seed by seed; then GRPO.
 PHASES = (
-    (("frontier", ("ppo", "cory"), "--kl-coef", KL_COEFS), ("lr", ("ppo", "cory"), "--lr", LEARNING_RATES)),
+    (("frontier", ("ppo", "cory"), "--kl-coef", KL_COEFS[:2]),),
+    (("frontier", ("ppo", "cory"), "--kl-coef", KL_COEFS[2:]), ("lr", ("ppo", "cory"), "--lr", LEARNING_RATES)),
     (("frontier", ("grpo",), "--kl-coef", KL_COEFS),),
 )
 STAGES = tuple(stage for phase in PHASES for stage in phase)
