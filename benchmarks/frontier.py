@@ -728,6 +728,26 @@ def status(runs: Sequence[Run], seeds: Sequence[int], studies: set[str]) -> list
     ]
 
 
+#: The study's budget on the 2-core development machine (issue 26), in hours of one heavy job at a time.
+BUDGET_HOURS = 6.0
+
+
+def budget_note(runs: Sequence[Run], missing: Sequence[list[str]]) -> str:
+    """What the archived runs took to train (their iterations' wall time, which any other load on the
+    machine lengthens) against :data:`BUDGET_HOURS`, and what that leaves unrun: cut when it is spent."""
+    hours = sum(float(run.metrics["seconds"].sum()) for run in runs if "seconds" in run.metrics) / 3600
+    text = (
+        f"Budget: {BUDGET_HOURS:g} CPU-hours on a 2-core CPU for the whole study; the archived runs trained for "
+        f"{hours:.1f} h of wall time (their iterations' seconds, held-out evaluations not counted). The whole plan "
+        "is about 14 h on that machine (PPO about 11 minutes a run, CORY about 40), so it runs in the order of "
+        "PHASES: PPO and CORY at KL coefficients 0.01 and 0.05 over every seed first, whose trajectories cross "
+        "the KL budgets 1-3, then the other coefficients and the learning rates seed by seed, then GRPO."
+    )
+    if missing and hours >= BUDGET_HOURS:
+        return text + f" The budget is spent: the runs not archived below ({len(missing)}) are cut."
+    return text + (" What the budget does not reach is cut, and listed below as not run yet." if missing else "")
+
+
 def write_report(
     report: Path, iterations: int, seeds: Sequence[int], studies: set[str], page: Path | None = None
 ) -> Path:
@@ -766,6 +786,8 @@ def write_report(
         "inconclusive until `python benchmarks/frontier.py` has run them."
         if missing
         else "Every run is archived.",
+        "",
+        budget_note(runs, missing),
         "",
         table(["run", "seed", "state"], status(runs, seeds, studies)),
         "",

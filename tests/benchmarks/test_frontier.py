@@ -309,3 +309,16 @@ def test_flags_the_study_sets_are_refused(capsys):
         with pytest.raises(SystemExit):
             frontier.main([flag, "1"])
         assert "the study sets these itself" in capsys.readouterr().err
+
+
+def test_the_report_says_what_the_budget_cuts():
+    def run(hours: float) -> frontier.Run:
+        metrics = pd.DataFrame({"seconds": [hours * 3600 / 4] * 4})
+        return frontier.Run("ppo-kl0.01", "frontier", "ppo", 0.01, 0, Path("."), metrics, {})
+
+    missing = [["cory-kl0.3", "2", "not run yet"]]
+    under = frontier.budget_note([run(1.0), run(2.5)], missing)
+    assert "trained for 3.5 h of wall time" in under and "listed below as not run yet" in under
+    spent = frontier.budget_note([run(4.0), run(2.5)], missing)
+    assert "6.5 h" in spent and "The budget is spent: the runs not archived below (1) are cut." in spent
+    assert "cut" not in frontier.budget_note([run(1.0)], []).split("GRPO.")[-1]
