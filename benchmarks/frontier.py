@@ -738,8 +738,9 @@ def budget_note(runs: Sequence[Run], missing: Sequence[list[str]]) -> str:
     hours = sum(float(run.metrics["seconds"].sum()) for run in runs if "seconds" in run.metrics) / 3600
     text = (
         f"Budget: {BUDGET_HOURS:g} CPU-hours on a 2-core CPU for the whole study; the archived runs trained for "
-        f"{hours:.1f} h of wall time (their iterations' seconds, held-out evaluations not counted). The whole plan "
-        "is about 14 h on that machine (PPO about 11 minutes a run, CORY about 40), so it runs in the order of "
+        f"{hours:.1f} h of wall time (their iterations' seconds, held-out evaluations not counted; other work on the "
+        "machine lengthens them). The whole plan is about 8 h on that machine when nothing else runs (a PPO run "
+        "about 7 minutes, CORY 14, GRPO about 8, an evaluation 1), so it runs in the order of "
         "PHASES: PPO and CORY at KL coefficients 0.01 and 0.05 over every seed first, whose trajectories cross "
         "the KL budgets 1-3, then the other coefficients and the learning rates seed by seed, then GRPO."
     )
