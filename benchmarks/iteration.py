@@ -28,7 +28,7 @@ memory is at most 1.3x PPO's; our CORY needs at most 40% of the authors' CORY ti
                                                    # (--group-size 4 responses per prompt); --task gsm8k
     python benchmarks/iteration.py --no-lora --chain-lengths 3,4   # also CORY chains of 3 and 4 agents
                                                    # (--num-agents; docs/teams.md)
-    python benchmarks/iteration.py --no-lora --padding-free-ablation --before 9305e01   # every configuration
+    python benchmarks/iteration.py --no-lora --padding-free-ablation --before cac7d4d   # every configuration
                                                    # also with the code of another commit, side by side
 """
 
