@@ -25,6 +25,7 @@ as a Hugging Face model, from_pretrained-ready; cory-export writes it from a che
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import signal
 import sys
@@ -68,6 +69,11 @@ def chosen_learner(argv: list[str]) -> str:
     return first.parse_known_args(argv)[0].learner
 
 
+def _flags(section: type) -> set[str]:
+    """The names of a config section's flags (its init fields; not its class variables)."""
+    return {f.name for f in dataclasses.fields(section) if f.init}
+
+
 def parse_config(argv: list[str] | None = None) -> TrainConfig:
     """The run's :class:`TrainConfig` from the command line (``sys.argv`` by default). A flag of another
     learner's section fails with a :class:`~cory_env.errors.UsageError` that names the learners that take it."""
@@ -76,7 +82,7 @@ def parse_config(argv: list[str] | None = None) -> TrainConfig:
     *parsed, unused = build_parser(learner).parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     for arg in unused:
         name = arg.lstrip("-").split("=")[0].replace("-", "_")
-        owners = [n for n, c in LEARNER_CONFIGS.items() if arg.startswith("--") and name in c.__dataclass_fields__]
+        owners = [n for n, c in LEARNER_CONFIGS.items() if arg.startswith("--") and name in _flags(c)]
         if owners:
             raise UsageError(
                 f"{arg.split('=')[0]} is a setting of --learner {', '.join(owners)}, not of --learner "

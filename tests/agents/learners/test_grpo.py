@@ -138,6 +138,8 @@ def test_the_learner_configs_are_the_command_lines_sections_one_name_one_default
         parse_config(["--group-size", "8"])
     with pytest.raises(ValueError, match="--value-lr is a setting of --learner ppo, not of --learner rloo"):
         parse_config(["--learner", "rloo", "--value-lr", "1e-3"])
+    with pytest.raises(SystemExit):  # what makes GRPO or RLOO what it is is not a flag
+        parse_config(["--learner", "grpo", "--advantage", "rloo"])
 
 
 # ---------------------------------------------------------------- prompt groups
