@@ -258,7 +258,9 @@ def test_a_run_leaves_each_policy_as_a_hugging_face_model(toy_model, tmp_path, l
 
 
 def test_lora_shared_base_learns_and_keeps_one_copy_of_the_weights(toy_model, tmp_path):
-    # A 32-wide toy model shifts its output mostly through lm_head, so it gets an adapter too.
+    # A 32-wide toy model shifts its output mostly through lm_head, so it gets an adapter too. No KL penalty, as in
+    # test_cory_raises_the_reward_of_both_learners: with 0.05 the pair's curve rose by 0.08-0.12, so the CPU's
+    # kernel path decided (AVX2 on one thread failed in CI); without it, 0.65-0.80 on every path.
     modules = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj,lm_head"
     config = toy_config(
         toy_model,
@@ -271,13 +273,14 @@ def test_lora_shared_base_learns_and_keeps_one_copy_of_the_weights(toy_model, tm
         lr=1e-2,
         checkpoint_every=16,
         lora_target_modules=modules,
+        kl_coef=0.0,
     )
     trainer = Trainer(config, prompts=PROMPTS, reward_fn=fraction_good)
     views = [learner.model.lm for learner in trainer.learners.values()]
     assert views[0].peft_model is views[1].peft_model is trainer.learners["llm_0"].reference.peft_model
     base_before = {n: p.detach().clone() for n, p in views[0].peft_model.named_parameters() if "lora_" not in n}
     trainer.train(progress=False)
-    # Adapters learn more slowly than full fine-tuning here: judge the pair's mean reward.
+    # Judge the pair's mean reward.
     curve = (reward_curve(tmp_path, "llm_0") + reward_curve(tmp_path, "llm_1")) / 2
     assert curve[-4:].mean() > curve[:4].mean() + 0.1, curve
     # The base (= the reference) never moved; only the adapters did, each its own.
