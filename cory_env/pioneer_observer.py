@@ -32,6 +32,15 @@ its action space is its own vocabulary (`speaker(agent)`, `tokenizers`, `heterog
 shared tokenizer is the fast path. :class:`~cory_env.RoleExchangeWrapper` rotates learners
 through the positions and seats each one's tokenizer with it.
 
+### Replays
+
+`reset(options={"answers": [answers_0, ..., answers_{k-1}]})` (`k` lists of one string per
+conversation, `1 <= k < N`) replays the last episode's queries, with its turn limit, and the
+answers of the first `k` positions given: only positions `k` to `N-1` play (`agents` holds them)
+and position `k`'s prompt is rendered from the given answers. Nothing is drawn from the
+environment's generator. A counterfactual: what the later agents answer, and earn, when an
+earlier answer is another, or blank (:class:`~agents.learners.difference.DifferenceRewards`).
+
 ### Batched form
 
 With `num_conversations=B` the environment advances `B` conversations in lockstep:
@@ -146,10 +155,11 @@ values, non-finite values or values that are not real numbers raises
 
 ### Version history
 
-- v0 (cory-env 0.1 and 0.2): the environment described here. cory-env 0.2 refuses rewards that
+- v0 (cory-env 0.1 to 0.3): the environment described here. cory-env 0.2 refuses rewards that
   are not real numbers (bools, strings, None: 0.1 converted `"0.5"` to 0.5) and limits a reward
-  call to `--reward-timeout` in the trainer; with valid input every argument behaves as in 0.1,
-  so the id stays `cory/PioneerObserver-v0`.
+  call to `--reward-timeout` in the trainer; 0.3 adds `reset(options={"answers": ...})` (a replay
+  of the last episode with the first answers given), an option no earlier call could pass. With
+  valid input every argument behaves as in 0.1, so the id stays `cory/PioneerObserver-v0`.
 """
 
 from __future__ import annotations
@@ -178,11 +188,21 @@ from cory_env.prompts import Prompt, PromptList, PromptSource, as_prompt_source,
 from cory_env.rewards.base import RewardFunction, score_responses
 from cory_env.spaces import agent_spaces, as_token_ids, state_space
 from cory_env.speakers import Speaker, check_seating, make_speakers
-from cory_env.templates import SENTIMENT_OBSERVER, SENTIMENT_PIONEER, Template, chain_templates, render, response_slots
+from cory_env.templates import (  # noqa: F401 (OBSERVER, ROLES: the chain's names, exported from here)
+    OBSERVER,
+    PIONEER,
+    ROLES,
+    SENTIMENT_OBSERVER,
+    SENTIMENT_PIONEER,
+    Template,
+    chain_roles,
+    chain_templates,
+    given_answers,
+    render,
+    response_slots,
+    transcript_text,
+)
 from cory_env.wrappers.order_enforcing import OrderEnforcingWrapper
-
-PIONEER, OBSERVER = "pioneer", "observer"
-ROLES = (PIONEER, OBSERVER)
 
 
 # The entry points first, as in PettingZoo's own environments; raw_env (the unwrapped class)
@@ -203,20 +223,6 @@ def parallel_env(**kwargs: Any) -> ParallelEnv:
     environment and convert it with :func:`to_parallel` (docs/other-algorithms.md).
     """
     return to_parallel(env(**kwargs))
-
-
-def chain_roles(num_agents: int) -> tuple[str, ...]:
-    """The agents of a chain, by position: ``pioneer``, then ``observer`` (a chain of two), or
-    ``observer_1`` ... ``observer_{N-1}`` (longer chains).
-
-    >>> chain_roles(3)
-    ('pioneer', 'observer_1', 'observer_2')
-    """
-    if isinstance(num_agents, bool) or not isinstance(num_agents, (int, np.integer)) or num_agents < 1:
-        raise ValueError(f"num_agents must be a positive int (agents in the chain), got {num_agents!r}")
-    if num_agents <= 2:
-        return ROLES[:num_agents]
-    return (PIONEER, *(f"{OBSERVER}_{k}" for k in range(1, num_agents)))
 
 
 class PioneerObserverEnv(AECEnv):
@@ -344,14 +350,20 @@ class PioneerObserverEnv(AECEnv):
     def reset(self, seed: int | None = None, options: dict | None = None) -> None:
         """Start an episode. ``options={"seating": [i_0, ..., i_{N-1}]}`` seats agent ``i_k``'s
         speaker (tokenizer, vocabulary) at position ``k`` for this and later episodes (a
-        permutation; :class:`~cory_env.RoleExchangeWrapper` rotates a team of different models so)."""
+        permutation; :class:`~cory_env.RoleExchangeWrapper` rotates a team of different models so).
+        ``options={"answers": [...]}`` replays the last episode (module docstring: "Replays")."""
         if options and "seating" in options:
             seating = check_seating(options["seating"], len(self.possible_agents))
             self._slot = dict(zip(self.possible_agents, seating))  # one lookup per token step
         if seed is not None or not hasattr(self, "np_random"):
             self.np_random, self.np_random_seed = seeding.np_random(seed)
+        given = given_answers(
+            (options or {}).get("answers"), self.possible_agents, self.num_conversations, self.batched
+        )
+        if given and not hasattr(self, "queries"):
+            raise RuntimeError("reset(options={'answers': ...}) replays the last episode's queries: play one first")
         B = self.num_conversations
-        self.agents = list(self.possible_agents)
+        self.agents = list(self.possible_agents[len(given) :])
         self.rewards = {a: 0.0 for a in self.agents}
         self._cumulative_rewards = {a: 0.0 for a in self.agents}
         self.terminations = {a: False for a in self.agents}
@@ -362,19 +374,23 @@ class PioneerObserverEnv(AECEnv):
         self.agent_selection = self._agent_selector.reset()
         self._skip_agent_selection = None
 
-        lo, hi = self.max_new_tokens_range
-        self.max_new_tokens = int(self.np_random.integers(lo, hi + 1))
-        self.prompts: list[Prompt] = list(self.prompt_source.sample(self.np_random, B))
-        if len(self.prompts) != B:
-            raise ValueError(f"prompt source returned {len(self.prompts)} prompts for {B} conversations")
-        self.queries = [p.query for p in self.prompts]
-        self._metadata = metadata_lists(self.prompts)  # reward-function keyword lists, once per episode
+        if not given:  # a replay keeps the last episode's turn limit and queries
+            lo, hi = self.max_new_tokens_range
+            self.max_new_tokens = int(self.np_random.integers(lo, hi + 1))
+            self.prompts: list[Prompt] = list(self.prompt_source.sample(self.np_random, B))
+            if len(self.prompts) != B:
+                raise ValueError(f"prompt source returned {len(self.prompts)} prompts for {B} conversations")
+            self.queries = [p.query for p in self.prompts]
+            self._metadata = metadata_lists(self.prompts)  # reward-function keyword lists, once per episode
         self.task_rewards: dict[str, np.ndarray] = {}
-        self.responses: dict[str, list[str]] = {}
+        self.responses: dict[str, list[str]] = dict(zip(self.possible_agents, given))
         self._turns: dict[str, Turn] = {}
         self.episode_over = False
 
-        self._start_turn(PIONEER, [render(self.templates[0], q) for q in self.queries])
+        texts = [
+            render(self.templates[len(given)], q, responses=[a[b] for a in given]) for b, q in enumerate(self.queries)
+        ]
+        self._start_turn(self.agents[0], texts)
         # A later agent's prompt grows with the earlier answers: check the worst case now
         # rather than fail in the middle of the episode.
         L, T = self.context_length, self.max_new_tokens
@@ -547,14 +563,7 @@ class PioneerObserverEnv(AECEnv):
         if self.render_mode is None:
             gymnasium.logger.warn("render() called without render_mode; pass render_mode='human' or 'ansi'")
             return None
-        lines = []
-        for b, q in enumerate(self.queries):
-            lines.append(f"[{b}] query:    {q!r}")
-            for role in self.possible_agents:
-                if role in self.responses:
-                    r = self.task_rewards[role][b]
-                    lines.append(f"    {role:8s}: {self.responses[role][b]!r}  (task reward {r:+.3f})")
-        text = "\n".join(lines)
+        text = transcript_text(self.queries, self.possible_agents, self.responses, self.task_rewards)
         if self.render_mode == "human":
             print(text)
             return None

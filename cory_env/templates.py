@@ -28,7 +28,10 @@ from __future__ import annotations
 import inspect
 import re
 import string
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
 
 from cory_env.errors import UsageError
 
@@ -52,6 +55,24 @@ GSM8K_OBSERVER = GSM8K_EXEMPLAR + "\nQuestion: {query} Reference: {response} Ans
 #: The named fields (besides ``{response_1}``, ``{response_2}``, ...: each earlier agent's answer).
 FIELDS = ("query", "response", "responses")
 _NUMBERED = re.compile(r"response_(\d+)$")
+
+
+PIONEER, OBSERVER = "pioneer", "observer"
+ROLES = (PIONEER, OBSERVER)
+
+
+def chain_roles(num_agents: int) -> tuple[str, ...]:
+    """The agents of a chain, by position: ``pioneer``, then ``observer`` (a chain of two), or
+    ``observer_1`` ... ``observer_{N-1}`` (longer chains).
+
+    >>> chain_roles(3)
+    ('pioneer', 'observer_1', 'observer_2')
+    """
+    if isinstance(num_agents, bool) or not isinstance(num_agents, (int, np.integer)) or num_agents < 1:
+        raise ValueError(f"num_agents must be a positive int (agents in the chain), got {num_agents!r}")
+    if num_agents <= 2:
+        return ROLES[:num_agents]
+    return (PIONEER, *(f"{OBSERVER}_{k}" for k in range(1, num_agents)))
 
 
 def fields_of(template: str, name: str = "template") -> list[str]:
@@ -152,3 +173,46 @@ def chain_templates(
         name = f"templates[{k}]" if given else ("pioneer_template" if k == 0 else "observer_template")
         check_template(template, name=name, position=k)
     return list(templates) if knowledge_transfer else [templates[0]] * n
+
+
+def given_answers(answers: Any, roles: Sequence[str], num_conversations: int, batched: bool) -> list[list[str]]:
+    """The answers of a replay's first positions (``reset(options={"answers": ...})``), checked: ``k``
+    lists of ``num_conversations`` strings, ``1 <= k < len(roles)`` (``[]`` for ``None``; in the
+    single form a position's answer may be one string)."""
+    if answers is None:
+        return []
+    N, B = len(roles), num_conversations
+    if isinstance(answers, str) or not isinstance(answers, Sequence) or not 1 <= len(answers) < N:
+        raise ValueError(
+            f"options['answers'] must be a list of the answers of the first k positions (1 <= k < {N}: "
+            f"at least one agent must play), got {answers!r:.80}"
+        )
+    given = []
+    for k, row in enumerate(answers):
+        row = [row] if isinstance(row, str) and not batched else row
+        if isinstance(row, str) or len(row) != B or not all(isinstance(a, str) for a in row):
+            raise ValueError(
+                f"options['answers'][{k}] (the {roles[k]}'s answers) must be {B} strings, one per conversation, "
+                f"got {row!r:.80}"
+            )
+        given.append(list(row))
+    return given
+
+
+def transcript_text(
+    queries: Sequence[str],
+    roles: Sequence[str],
+    responses: Mapping[str, Sequence[str]],
+    task_rewards: Mapping[str, Sequence[float]],
+) -> str:
+    """An episode as text, conversation by conversation: each role's answer and its task reward
+    (``(given)`` for the answers a replay was given)."""
+    lines = []
+    for b, q in enumerate(queries):
+        lines.append(f"[{b}] query:    {q!r}")
+        for role in roles:
+            if role in task_rewards:
+                lines.append(f"    {role:8s}: {responses[role][b]!r}  (task reward {task_rewards[role][b]:+.3f})")
+            elif role in responses:
+                lines.append(f"    {role:8s}: {responses[role][b]!r}  (given)")
+    return "\n".join(lines)

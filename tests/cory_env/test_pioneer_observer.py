@@ -420,3 +420,56 @@ def test_last_transcript_is_the_default_final_infos_and_survives_reset(make_env,
 def test_numeric_infos_must_be_a_bool(make_env):
     with pytest.raises(TypeError, match="numeric_infos must be True or False"):
         make_env(None, numeric_infos="yes")
+
+
+@pytest.mark.parametrize("B", FORMS)
+def test_a_replay_with_given_answers_plays_only_the_later_positions(make_env, B):
+    env = make_env(B, num_agents=3)
+    played = play(env, random_policy(env), seed=4)
+    queries, limit = played["pioneer"][1]["query"], env.unwrapped.max_new_tokens
+    state = env.unwrapped.np_random.bit_generator.state
+    blank = "" if B is None else [""] * B
+    pioneer_answers = played["pioneer"][1]["response"]
+    env.reset(options={"answers": [pioneer_answers, blank]})
+    assert env.agents == ["observer_2"] and env.agent_selection == "observer_2"
+    finals = {}
+    for agent in env.agent_iter():
+        obs, reward, term, trunc, info = env.last()
+        if term or trunc:
+            finals[agent] = info
+            env.step(None)
+        else:
+            env.step(env.action_space(agent).sample())
+    assert list(finals) == ["observer_2"]
+    info = finals["observer_2"]
+    assert info["query"] == queries and env.unwrapped.max_new_tokens == limit
+    # Its prompt is rendered from the given answers: the observer's answer blank.
+    contexts = [info["context"]] if B is None else info["context"]
+    answers = [pioneer_answers] if B is None else pioneer_answers
+    queries = [queries] if B is None else queries
+    assert contexts == [render(SENTIMENT_OBSERVER, q, "") for q in queries]
+    assert np.all(np.atleast_1d(info["reward"]) == np.atleast_1d(info["task_reward"]))
+    assert env.unwrapped.np_random.bit_generator.state == state  # nothing drawn
+    assert len(answers) == len(contexts)
+    text = env.unwrapped
+    text.render_mode = "ansi"
+    assert "(given)" in text.render()
+    # The next plain reset draws a new episode, every agent playing.
+    env.reset()
+    assert env.agents == ["pioneer", "observer_1", "observer_2"]
+
+
+def test_bad_replay_answers(make_env):
+    env = make_env(2)
+    with pytest.raises(RuntimeError, match="play one first"):
+        env.reset(options={"answers": [["a", "b"]]})
+    play(env, random_policy(env))
+    for answers, match in [
+        ([], r"1 <= k < 2"),
+        ([["a", "b"], ["c", "d"]], r"1 <= k < 2"),
+        ("ab", r"list of the answers"),
+        ([["a"]], r"must be 2 strings"),
+        ([["a", 3]], r"must be 2 strings"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            env.reset(options={"answers": answers})
