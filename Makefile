@@ -66,7 +66,8 @@ format: setup
 # would: ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41 make test-numerics
 NUMERICS := tests/test_golden.py tests/agents/training/test_checkpoint.py tests/agents/training/test_interrupt.py \
 	tests/agents/training/test_training.py tests/agents/training/test_teams.py tests/agents/speed/test_padding_free.py \
-	tests/agents/speed/test_cpu_linear.py tests/agents/algorithms/test_ppo_math.py tests/agents/learners/test_grpo.py
+	tests/agents/speed/test_cpu_linear.py tests/agents/algorithms/test_ppo_math.py tests/agents/learners/test_grpo.py \
+	tests/agents/learners/test_happo.py tests/agents/learners/test_difference.py
 test-numerics: setup
 	$(PY) -m pytest -q -m "not slow" $(NUMERICS)
 

@@ -2,7 +2,7 @@
 
 =================  ==================================================================
 ``algorithms``     the math: advantages, losses, KL estimators and controllers
-``learners``       the ``Learner`` interface, PPO, GRPO/RLOO
+``learners``       the ``Learner`` and ``TeamLearner`` interfaces, PPO, GRPO/RLOO, HAPPO, difference rewards
 ``acting``         the KV-cache actor that plays a policy in the environment
 ``training``       config, the loop, checkpoints, metrics, trackers, plots, export
 ``speed``          mechanisms a run switches on (padding-free passes, CPU layout, ...)

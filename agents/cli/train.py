@@ -7,6 +7,7 @@ prefixes (Rotten Tomatoes offline, IMDB where available), VADER sentiment reward
     cory-train --algo ppo --out runs/ppo        # the single-agent baseline
     cory-train --learner grpo --group-size 4    # critic-free learners (grpo, rloo) instead of PPO
     cory-train --learner grpo --help            # the flags of the grpo learner's section
+    cory-train --learner happo --num-agents 3   # a multi-agent algorithm: the team learns at once
     cory-train --preset paper-imdb --device cuda --out runs/paper
     cory-train --out runs/cory --resume         # continue after a crash
     python examples/plot_runs.py --run PPO=runs/ppo --run CORY=runs/cory --out cmp.png

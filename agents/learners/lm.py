@@ -240,6 +240,18 @@ class LMLearner:
         terms = self._kl_terms(logits, self._reference_logits(ids, mask, T), ids[:, -T:], mask[:, -T:].float(), "full")
         return terms["kl_exact"].sum(-1).cpu().numpy().astype(np.float64)
 
+    @torch.no_grad()
+    def response_logprobs(self, ep: Episode) -> torch.Tensor:
+        """``(B,)`` the log-probability of each response under the current policy (its tokens' log-probs
+        summed), on this learner's device: the likelihood whose ratio before/after an update is the
+        policy's change on that conversation (:mod:`agents.learners.happo`)."""
+        T = ep.response_width
+        ids, mask = ep.input_ids.to(self.device), ep.attention_mask.to(self.device)
+        self.model.eval()
+        with self._autocast():
+            logits = response_logits(self.actor.model, ids, mask, T).float()
+        return (selective_log_softmax(logits, ids[:, -T:]) * mask[:, -T:]).sum(-1)
+
     # ------------------------------------------------------------------ updates
     def _minibatch_indices(self, batch_size: int, epochs: int) -> Iterator[torch.Tensor]:
         """``epochs`` passes over a batch, each in a new order drawn from this learner's generator:

@@ -181,8 +181,11 @@ class PPOLearner(LMLearner):
         }
 
     # ------------------------------------------------------------------ learning
-    def learn(self, ep: Episode) -> dict[str, float]:
-        """One PPO update on one batched episode; returns the iteration's statistics."""
+    def learn(self, ep: Episode, advantage_weights: torch.Tensor | np.ndarray | None = None) -> dict[str, float]:
+        """One PPO update on one batched episode; returns the iteration's statistics.
+
+        ``advantage_weights`` (``(B,)``, non-negative): each conversation's advantages are multiplied
+        by its weight after whitening: a team learner's (HAPPO's factor, :mod:`agents.learners.happo`)."""
         c = self.config
         B, T = ep.input_ids.shape[0], ep.response_width
         if B % c.mini_batch(B):
@@ -205,6 +208,9 @@ class PPOLearner(LMLearner):
         advantages, returns = gae(rewards, s["values"], mask, c.gamma, c.lam)
         if c.whiten_advantages:
             advantages = self.data_parallel.whiten(advantages, mask)
+        if advantage_weights is not None:
+            weights = torch.as_tensor(advantage_weights, dtype=advantages.dtype, device=self.device)
+            advantages = advantages * weights[:, None]
 
         # 4. Epochs x shuffled minibatches: clipped policy loss + vf_coef x clipped value loss.
         def minibatch_loss(idx: torch.Tensor, logits: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, dict]:

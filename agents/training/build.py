@@ -8,18 +8,21 @@ prompts and the reward, the models, one learner per agent (``LEARNERS[config.lea
   or each process's own under ``accelerate launch``);
 - :func:`build_models`: each learner's trainable causal LM and frozen reference: full copies
   (one reference per device), LoRA adapters on one shared base (``--lora``, 4-bit with
-  ``--load-in-4bit``), or FSDP shards, with the speed switches applied to the base first.
+  ``--load-in-4bit``), or FSDP shards, with the speed switches applied to the base first;
+- :func:`build_team`: the learners as one team learner (:mod:`agents.learners.team`): a team
+  ``--learner``'s own, or the per-agent learners each learning alone.
 
 The config comes resolved (:func:`agents.training.config.resolve`): nothing here rewrites it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import os
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,14 +34,15 @@ from trl.trainer.utils import disable_dropout_in_model
 from agents.distributed.data_parallel import DataParallel
 from agents.distributed.fsdp import full_state, is_sharded
 from agents.learners.base import Learner
+from agents.learners.team import IndependentLearners, TeamLearner
 from agents.speed import padding_free
 from agents.speed.cpu_linear import use_cpu_linear
 from agents.speed.host_memory import retain_freed_memory
 from agents.training.config import TrainConfig, build_task, check_group_size
-from agents.training.registry import LEARNERS
+from agents.training.registry import LEARNERS, TeamFactory
 from cory_env import CollectiveRewardWrapper, RoleExchangeWrapper, env
 from cory_env.errors import UsageError
-from cory_env.models import load_causal_lm, load_tokenizer
+from cory_env.models import hugging_face_model, load_causal_lm, load_tokenizer
 from cory_env.prompts import PromptSource, repeat_each
 from cory_env.rewards import get_reward
 from cory_env.rewards.base import RewardFunction
@@ -56,7 +60,8 @@ class Assembly:
     tokenizers: dict[str, Any]  #: each learner's tokenizer (learners of one model share one)
     reward: RewardFunction  #: the task reward, called with a timeout; a stop request can abandon a call
     policies: dict[str, torch.nn.Module]  #: what each learner acts with: its trainable causal LM
-    learners: dict[str, Learner]  #: the learners, llm_0 ... (CORY) or pioneer (PPO)
+    learners: dict[str, Learner]  #: the learners, llm_0 ... (CORY) or pioneer (PPO): the team's members
+    team: TeamLearner  #: what learns each iteration, from all the learners' episodes
     game: AECEnv  #: the environment; under CORY in its collective-reward and role-exchange wrappers
 
 
@@ -90,6 +95,7 @@ def assemble(
     reward = get_reward(reward_fn if reward_fn is not None else config.reward, device, timeout=config.reward_timeout)
     references, policies = build_models(config, names, device, learner_devices, dp)
     learners = build_learners(config, names, references, policies, learner_devices, dp)
+    team = build_team(config, learners)
     if dp.is_distributed:  # after the initial weights, each process draws its own data
         seed_everything(dp.seed(config.seed))
     group_size = int(getattr(learners[names[0]], "group_size", 1))
@@ -113,7 +119,7 @@ def assemble(
     if config.algo == "cory":
         period = None if config.no_role_exchange else config.role_exchange_period
         game = RoleExchangeWrapper(CollectiveRewardWrapper(game), period=period)
-    return Assembly(task, device, tokenizers, reward, policies, learners, game)
+    return Assembly(task, device, tokenizers, reward, policies, learners, team, game)
 
 
 def build_learners(
@@ -124,13 +130,17 @@ def build_learners(
     devices: dict[str, torch.device],
     dp: DataParallel,
 ) -> dict[str, Learner]:
-    """One learner per name, from ``LEARNERS[config.learner]``; in a data-parallel run every process
-    starts from process 0's weights (value heads included)."""
+    """One learner per name, from ``LEARNERS[config.learner]`` (a team learner's: its members', from
+    ``LEARNERS[member]``); in a data-parallel run every process starts from process 0's weights
+    (value heads included)."""
     sampling = dict(do_sample=True, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)
     extra = {"data_parallel": dp} if dp.is_distributed or dp.sharded else {}
+    factory = LEARNERS[config.learner]
+    if isinstance(factory, TeamFactory):
+        factory = LEARNERS[factory.member]
     learners: dict[str, Learner] = {}
     for i, name in enumerate(names):
-        learner = LEARNERS[config.learner](
+        learner = factory(
             config,
             policy=policies[name],
             reference=references[name],
@@ -149,6 +159,45 @@ def build_learners(
         check_sharded(learners)
     dp.broadcast_parameters(p for learner in learners.values() for p in trainable_parameters(learner))
     return learners
+
+
+def build_team(config: TrainConfig, learners: dict[str, Learner]) -> TeamLearner:
+    """The learners as one team learner: ``LEARNERS[config.learner]``'s when it is a
+    :class:`~agents.training.registry.TeamFactory`, else :class:`~agents.learners.team.IndependentLearners`
+    (each learner alone, its update recomputing activations as the observer with
+    ``--gradient-checkpointing-observer``)."""
+    factory = LEARNERS[config.learner]
+    if not isinstance(factory, TeamFactory):
+        return IndependentLearners(learners, around=observer_recomputation(config, learners))
+    team = factory.build(config, learners, seed=config.seed)  # the same on every process
+    if not isinstance(team, TeamLearner):
+        raise TypeError(
+            f"learner {config.learner!r} built a {type(team).__name__}, which lacks members, learn, state_dict "
+            f"or load_state_dict (see agents.learners.team.TeamLearner)"
+        )
+    return team
+
+
+def observer_recomputation(
+    config: TrainConfig, learners: dict[str, Learner]
+) -> Callable[[str, str], contextlib.AbstractContextManager[None]]:
+    """``--gradient-checkpointing-observer``: a context manager in which learner ``name``'s update
+    recomputes activations when it played the observer (with ``--gradient-checkpointing`` they are
+    recomputed in every update already)."""
+
+    @contextlib.contextmanager
+    def recomputing(name: str, role: str) -> Iterator[None]:
+        if not (config.gradient_checkpointing_observer and role != "pioneer") or config.gradient_checkpointing:
+            yield
+            return
+        layers = hugging_face_model(learners[name].model)  # under LoRA: the shared base
+        recompute_activations(layers, True)
+        try:
+            yield
+        finally:
+            recompute_activations(layers, False)
+
+    return recomputing
 
 
 def select_devices(

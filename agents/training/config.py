@@ -23,7 +23,7 @@ from agents.distributed.data_parallel import DataParallel
 from agents.learners.grpo import GRPOConfig
 from agents.learners.lm import LMLearnerConfig, default_mini_batch_size
 from agents.learners.ppo import PPOConfig
-from agents.training.registry import LEARNER_CONFIGS, LEARNERS
+from agents.training.registry import LEARNER_CONFIGS, LEARNERS, TeamFactory
 from agents.training.sections import (
     ALGOS,
     GameConfig,
@@ -142,15 +142,23 @@ class TrainConfig(
         """The learner's own config (:data:`~agents.training.registry.LEARNER_CONFIGS`: ``PPOConfig``,
         ``GRPOConfig``, ``RLOOConfig``), or ``section`` (a learner you register that reuses PPO's, say),
         holding this run's values: its fields, read by name."""
-        section = section or LEARNER_CONFIGS.get(self.learner, LMLearnerConfig)
+        section = section or learner_section(self.learner)
         return section(**{f.name: getattr(self, f.name) for f in dataclasses.fields(section) if f.init})
 
 
 def sections_for(learner: str) -> tuple[type, ...]:
     """The command line's sections for ``--learner learner``, in ``--help``'s order: the learner's
     own config (:data:`~agents.training.registry.LEARNER_CONFIGS`) between the game and the generation."""
-    own = LEARNER_CONFIGS.get(learner, LMLearnerConfig)
-    return TaskConfig, ModelConfig, GameConfig, own, GenerationConfig, OutputConfig, SpeedConfig
+    return TaskConfig, ModelConfig, GameConfig, learner_section(learner), GenerationConfig, OutputConfig, SpeedConfig
+
+
+def learner_section(learner: str) -> type[LMLearnerConfig]:
+    """``--learner learner``'s config (:data:`~agents.training.registry.LEARNER_CONFIGS`); for a team
+    learner registered without one, its members'; else the shared :class:`LMLearnerConfig`."""
+    if learner in LEARNER_CONFIGS:
+        return LEARNER_CONFIGS[learner]
+    factory = LEARNERS.get(learner)
+    return learner_section(factory.member) if isinstance(factory, TeamFactory) else LMLearnerConfig
 
 
 def check_group_size(batch_size: int, group_size: int, learner: str) -> None:
@@ -196,6 +204,11 @@ def resolve(config: TrainConfig, data_parallel: DataParallel | None = None) -> T
         raise UsageError(
             "--gradient-checkpointing-observer applies to CORY's observer in a single process or data-parallel run; "
             "with --algo ppo, FSDP or DeepSpeed use --gradient-checkpointing (every update)"
+        )
+    if config.gradient_checkpointing_observer and isinstance(LEARNERS[config.learner], TeamFactory):
+        raise UsageError(
+            f"--gradient-checkpointing-observer recomputes activations while the observer learns alone; the team "
+            f"learner {config.learner!r} updates its agents together: use --gradient-checkpointing (every update)"
         )
     if dp.bf16 and not config.bf16:
         config = dataclasses.replace(config, bf16=True)

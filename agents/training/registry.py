@@ -14,20 +14,30 @@ gradients over the processes (``data_parallel.average_gradients``) so that their
 equal, and under FSDP shard any module it adds to ``policy`` (``data_parallel.shard``) before
 building its optimizer (``policy`` and ``reference`` come sharded).
 
-Register another algorithm with ``LEARNERS["name"] = factory`` before the config is made (or
-the command-line parser built): see docs/plug-in-your-algorithm.md. This module reads the
-config only through the factories' argument, so the config can name the registry's choices
-without importing the rest of the build.
+A *team learner* (:mod:`agents.learners.team`: one object that learns for all the agents at once
+from the whole team's episodes) is registered as a :class:`TeamFactory`: its members are built by
+the per-agent factory ``LEARNERS[member]``, one per agent as above, then ``build(config, members,
+seed=config.seed)`` makes the team. ``happo`` (:mod:`agents.learners.happo`) and ``difference``
+(:mod:`agents.learners.difference`) are team learners over PPO members.
+
+Register another algorithm with ``LEARNERS["name"] = factory`` (or a ``TeamFactory``) before the
+config is made (or the command-line parser built): see docs/plug-in-your-algorithm.md. This
+module reads the config only through the factories' argument, so the config can name the
+registry's choices without importing the rest of the build.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from agents.learners.base import Learner
+from agents.learners.difference import DifferenceConfig, DifferenceRewards
 from agents.learners.grpo import GRPOConfig, GRPOLearner, RLOOConfig
+from agents.learners.happo import HAPPO, HAPPOConfig
 from agents.learners.lm import LMLearnerConfig
 from agents.learners.ppo import PPOConfig, PPOLearner
+from agents.learners.team import TeamLearner
 from agents.learners.value_model import CausalLMWithValueHead
 from agents.speed import padding_free
 from agents.speed.scoring_reuse import reuse_scoring_pass
@@ -56,11 +66,43 @@ def rloo_learner(config, *, policy, reference, seed, sampling, device, data_para
     return GRPOLearner(policy, reference, config.learner_config(), seed, sampling, data_parallel=data_parallel)
 
 
-#: ``--learner`` choices, by name.
-LEARNERS: dict[str, LearnerFactory] = {"ppo": ppo_learner, "grpo": grpo_learner, "rloo": rloo_learner}
+@dataclass(frozen=True)
+class TeamFactory:
+    """How ``--learner NAME`` builds a team learner: ``member`` names the per-agent factory of
+    :data:`LEARNERS` that builds each member (with this learner's config section), then
+    ``build(config, members, seed=...)`` returns the :class:`~agents.learners.team.TeamLearner`."""
+
+    member: str
+    build: Callable[..., TeamLearner]
+
+
+def happo_team(config, members, *, seed) -> HAPPO:
+    """HAPPO: the members updated one after another, in a random order each iteration."""
+    return HAPPO(members, seed=seed)
+
+
+def difference_team(config, members, *, seed) -> DifferenceRewards:
+    """Difference rewards: each member learns from its own contribution (a counterfactual rollout)."""
+    return DifferenceRewards(members)
+
+
+#: ``--learner`` choices, by name: a per-agent factory, or a :class:`TeamFactory`.
+LEARNERS: dict[str, LearnerFactory | TeamFactory] = {
+    "ppo": ppo_learner,
+    "grpo": grpo_learner,
+    "rloo": rloo_learner,
+    "happo": TeamFactory("ppo", happo_team),
+    "difference": TeamFactory("ppo", difference_team),
+}
 
 #: Each learner's own config: its section of the command line (``cory-train --learner NAME --help``)
-#: and what ``TrainConfig.learner_config()`` gives its factory. A learner registered without one
-#: gets the shared :class:`~agents.learners.lm.LMLearnerConfig` section; its factory reads any
-#: other setting from the run's config.
-LEARNER_CONFIGS: dict[str, type[LMLearnerConfig]] = {"ppo": PPOConfig, "grpo": GRPOConfig, "rloo": RLOOConfig}
+#: and what ``TrainConfig.learner_config()`` gives its factory (a team's members get the team's). A
+#: learner registered without one gets the shared :class:`~agents.learners.lm.LMLearnerConfig`
+#: section; its factory reads any other setting from the run's config.
+LEARNER_CONFIGS: dict[str, type[LMLearnerConfig]] = {
+    "ppo": PPOConfig,
+    "grpo": GRPOConfig,
+    "rloo": RLOOConfig,
+    "happo": HAPPOConfig,
+    "difference": DifferenceConfig,
+}

@@ -102,7 +102,8 @@ class GameConfig:
     )
     learner: str = flag(
         "ppo",
-        "learning algorithm of each agent: ppo (value head, GAE); grpo or rloo (critic-free, --group-size responses per prompt)",
+        "learning algorithm: ppo (value head, GAE); grpo or rloo (critic-free, --group-size responses per prompt), "
+        "each agent alone; happo (sequential PPO updates) or difference (difference rewards), the team at once",
         choices=LEARNERS.keys(),
     )
     iterations: int = flag(45, "training iterations (one batched episode each; at least 1)")

@@ -10,9 +10,12 @@ frozen reference. PPO plays the same environment with the pioneer alone and its 
 The trainer is the loop. What it plays comes from two steps that run before it:
 :func:`~agents.training.config.resolve` (every setting filled in and checked) and
 :func:`~agents.training.build.assemble` (task, models, learners, game). Each iteration: one
-batched episode (the rollout), then an update per learner. A learner is built by the factory
-``LEARNERS[config.learner]`` (``--learner ppo|grpo|rloo``, :mod:`agents.training.registry`);
-any object with the :class:`~agents.learners.base.Learner` interface can be registered there.
+batched episode (the rollout), then the team's update: ``team.learn`` with every learner's
+episode (:mod:`agents.learners.team`; per-agent learners each learn alone, a team learner such as
+HAPPO learns for all at once). A learner is built by the factory ``LEARNERS[config.learner]``
+(``--learner ppo|grpo|rloo|happo|difference``, :mod:`agents.training.registry`); any object with
+the :class:`~agents.learners.base.Learner` or :class:`~agents.learners.team.TeamLearner`
+interface can be registered there.
 Under ``accelerate launch`` every process plays its own episode and the updates are
 synchronised (:mod:`agents.distributed.data_parallel`); only the main process writes files.
 """
@@ -25,7 +28,7 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +39,8 @@ from tqdm.auto import tqdm
 from agents.distributed.data_parallel import DataParallel, fingerprint
 from agents.distributed.fsdp import full_state, shard_state
 from agents.learners.base import Episode
-from agents.training.build import assemble, named_trainable, recompute_activations, trainable_parameters
+from agents.learners.team import TeamEpisode
+from agents.training.build import assemble, named_trainable, trainable_parameters
 from agents.training.checkpoint import (
     checkpoint_dir,
     checkpoint_iteration,
@@ -51,7 +55,6 @@ from agents.training.metrics import MetricsLogger
 from agents.training.plots import plot_run
 from agents.training.run_lock import RunExistsError, RunLock
 from cory_env.errors import UsageError
-from cory_env.models import hugging_face_model
 from cory_env.prompts import PromptSource
 from cory_env.rewards.base import RewardCallCancelled, RewardFunction
 
@@ -72,7 +75,7 @@ class Trainer:
         self.config = resolve(config, self.data_parallel)  # bad settings fail here, before a model is loaded
         run = assemble(self.config, self.data_parallel, prompts=prompts, reward_fn=reward_fn)
         self.task, self.device, self.tokenizers, self.reward = run.task, run.device, run.tokenizers, run.reward
-        self.policies, self.learners, self.game = run.policies, run.learners, run.game
+        self.policies, self.learners, self.team, self.game = run.policies, run.learners, run.team, run.game
         self.tokenizer = self.tokenizers[self.config.learner_names()[0]]  # the first learner's: it selects the prompts
         self.out = Path(self.config.out)
         self.iteration = 0
@@ -96,6 +99,8 @@ class Trainer:
             "torch_rng": torch.get_rng_state(),
             "config": dataclasses.asdict(self.config),
         }
+        if team := self.team.state_dict():  # a team learner's own state, beyond its members'
+            state["team"] = team
         if dp.is_distributed:
             weights = {
                 n: fingerprint(
@@ -141,6 +146,8 @@ class Trainer:
             if sharded:  # this process's shards of the whole tensors
                 mine = shard_state(mine, learner.state_dict(), trainable_parameters(learner))
             learner.load_state_dict(mine)
+        if "team" in state:
+            self.team.load_state_dict(state["team"])
         if state["episodes"] is not None:
             self.game.episodes = state["episodes"]
         raw = self.game.unwrapped
@@ -173,12 +180,16 @@ class Trainer:
         finals = self.rollout()
         rollout_s = time.perf_counter() - start
         tokens = sum(int(np.sum(info["response_length"])) for _, info in finals.values())
+        team = TeamEpisode(
+            episodes={name: episode for name, (episode, _) in finals.items()},
+            roles={name: info["role"] for name, (_, info) in finals.items()},
+            env=self.game.unwrapped,
+        )
+        stats = self.team.learn(team)
         metrics: dict[str, float] = {}
         samples = []
-        for name, (episode, info) in finals.items():
-            with self._recomputing(name, info["role"]):
-                stats = self.learners[name].learn(episode)
-            metrics.update({f"{name}/{k}": v for k, v in stats.items()})
+        for name, (_, info) in finals.items():
+            metrics.update({f"{name}/{k}": v for k, v in stats.pop(name, {}).items()})
             metrics[f"{name}/role"] = self.game.unwrapped.possible_agents.index(info["role"])
             for b in range(min(self.config.samples_per_iteration, len(info["query"]))):
                 samples.append(
@@ -191,6 +202,8 @@ class Trainer:
                         reward=float(info["reward"][b]),
                     )
                 )
+        for key, values in stats.items():  # a team learner's statistics of its own
+            metrics.update({f"{key}/{k}": v for k, v in values.items()})
         dp = self.data_parallel
         if dp.is_distributed:  # every process's tokens, and its samples tagged with its index
             tokens = dp.sum({"tokens": tokens})["tokens"]
@@ -199,21 +212,6 @@ class Trainer:
         metrics["seconds"] = time.perf_counter() - start
         self.iteration += 1
         return metrics, samples
-
-    @contextlib.contextmanager
-    def _recomputing(self, name: str, role: str) -> Iterator[None]:
-        """``--gradient-checkpointing-observer``: recompute activations while the observer learns
-        (with ``--gradient-checkpointing`` they are recomputed in every update already)."""
-        c = self.config
-        if not (c.gradient_checkpointing_observer and role != "pioneer") or c.gradient_checkpointing:
-            yield
-            return
-        layers = hugging_face_model(self.learners[name].model)  # under LoRA: the shared base
-        recompute_activations(layers, True)
-        try:
-            yield
-        finally:
-            recompute_activations(layers, False)
 
     def train(self, progress: bool = True) -> Path:
         """Run (or resume) to ``config.iterations``; returns the output folder.

@@ -123,9 +123,12 @@ def test_config_rejects_bad_values():
 def test_the_learner_configs_are_the_command_lines_sections_one_name_one_default():
     """What the CLI parses for --learner is the learner's config itself: no renames, no second defaults."""
     from agents.cli.train import parse_config
+    from agents.learners.difference import DifferenceConfig
+    from agents.learners.happo import HAPPOConfig
     from agents.learners.ppo import PPOConfig
 
-    for learner, section in (("ppo", PPOConfig), ("grpo", GRPOConfig), ("rloo", RLOOConfig)):
+    sections = (("ppo", PPOConfig), ("grpo", GRPOConfig), ("rloo", RLOOConfig))
+    for learner, section in (*sections, ("happo", HAPPOConfig), ("difference", DifferenceConfig)):
         config = parse_config(["--learner", learner, "--algo", "ppo", "--lr", "1e-4", "--kl-coef", "0.2"])
         chosen = config.learner_config()
         assert type(chosen) is section and (chosen.lr, chosen.kl_coef) == (1e-4, 0.2)
@@ -136,7 +139,9 @@ def test_the_learner_configs_are_the_command_lines_sections_one_name_one_default
     assert parse_config(["--learner", "grpo", "--group-size", "8"]).learner_config().group_size == 8
     with pytest.raises(ValueError, match="--group-size is a setting of --learner grpo, rloo, not of --learner ppo"):
         parse_config(["--group-size", "8"])
-    with pytest.raises(ValueError, match="--value-lr is a setting of --learner ppo, not of --learner rloo"):
+    with pytest.raises(
+        ValueError, match="--value-lr is a setting of --learner ppo, happo, difference, not of --learner rloo"
+    ):
         parse_config(["--learner", "rloo", "--value-lr", "1e-3"])
     with pytest.raises(SystemExit):  # what makes GRPO or RLOO what it is is not a flag
         parse_config(["--learner", "grpo", "--advantage", "rloo"])
@@ -281,7 +286,7 @@ def test_cli_help_lists_the_learners():
     from agents.cli.train import build_parser
 
     help_text = build_parser().format_help()
-    assert "--learner {ppo,grpo,rloo}" in help_text and "--value-lr VALUE_LR" in help_text
+    assert "--learner {ppo,grpo,rloo,happo,difference}" in help_text and "--value-lr VALUE_LR" in help_text
     assert "--group-size GROUP_SIZE" not in help_text
     grpo_help = build_parser("grpo").format_help()
     assert "Learner grpo/rloo" in grpo_help and "--group-size GROUP_SIZE" in grpo_help

@@ -132,8 +132,10 @@ def test_cli_help_explains_the_flags():
     assert "iterations between role exchanges" in result.stdout
 
 
-def test_resume_after_sigkill_matches_an_uninterrupted_run(toy_model, tmp_path):
+@pytest.mark.parametrize("learner", ["ppo", "happo", "difference"])
+def test_resume_after_sigkill_matches_an_uninterrupted_run(toy_model, tmp_path, learner):
     args = ["--algo", "cory", "--iterations", "6", "--checkpoint-every", "1", "--role-exchange-period", "2"]
+    args += ["--learner", learner]
     run_toy_cli(toy_model, tmp_path / "whole", *args)
     killed = tmp_path / "killed"
     proc = start_toy_cli(toy_model, killed, *args, wait_for=(killed / "checkpoints" / "iter_000001.safetensors").exists)
@@ -348,6 +350,14 @@ def test_observer_checkpointing_needs_an_observer(toy_model, tmp_path):
     with pytest.raises(ValueError, match="--gradient-checkpointing-observer applies to CORY"):
         Trainer(
             toy_config(toy_model, tmp_path / "run", algo="ppo", gradient_checkpointing_observer=True),
+            prompts=PROMPTS,
+            reward_fn=fraction_good,
+        )
+    with pytest.raises(
+        ValueError, match="team learner 'happo' updates its agents together: use --gradient-checkpointing"
+    ):
+        Trainer(
+            toy_config(toy_model, tmp_path / "run", learner="happo", algo="cory", gradient_checkpointing_observer=True),
             prompts=PROMPTS,
             reward_fn=fraction_good,
         )

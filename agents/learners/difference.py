@@ -1,0 +1,107 @@
+"""Difference rewards (Wolpert and Tumer, 2002): each agent learns from its own part in the collective reward.
+
+Under CORY every agent receives the collective reward ``R_b = sum_i r^i_b`` of conversation ``b``
+(``r^i`` agent ``i``'s task reward): the pioneer is paid for the observer's answer whether its own
+answer helped it or not. The difference reward of agent ``i`` is the collective reward minus the
+collective reward of the same conversation had agent ``i`` given no answer::
+
+    D^i_b = R_b - R^{-i}_b
+    R^{-i}_b = sum_{j < i} r^j_b + sum_{j > i} r'^j_b          (agent i answered nothing: no reward of its own)
+    D^i_b = r^i_b + sum_{j > i} (r^j_b - r'^j_b)
+
+``r'^j`` is agent ``j``'s task reward when the chain is played again from position ``i + 1`` with
+agent ``i``'s answer blank in the later prompts (the earlier answers kept): a counterfactual
+rollout by the same policies, sampled with their own generators. So the pioneer of a chain of
+two learns from ``r^p + (r^o - r'^o)``: its own reward plus how much its answer raised the
+observer's over the observer answering alone; the last agent, whose answer no one reads,
+learns from its own task reward ``r^last``. Terms that do not depend on agent ``i``'s answer
+(the earlier agents' rewards) cancel: the signal is the agent's own contribution, with less
+variance from the others' answers than ``R``.
+
+Each member then learns from its episode with ``D^i`` as the reward (any per-agent learner:
+PPO by default, the KL penalty its own). The cost is the counterfactual rollout: in a chain of
+``N`` agents, agent ``i``'s replay plays the ``N - 1 - i`` agents after it, ``N (N - 1) / 2``
+turns an iteration beside the ``N`` of the episode (one more turn, for two agents: half the
+episode again, plus a reward call). The environment replays an episode with given answers
+through ``reset(options={"answers": ...})`` on a copy of itself.
+
+Why difference rewards and not a centralised critic (MAPPO): in this chain every agent sees the
+whole transcript up to its turn (the query and the earlier answers are in its prompt), so a
+critic over the whole transcript knows nothing a member's own value head does not; what
+independent PPO on the collective reward lacks is credit, which the counterfactual gives.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any, ClassVar
+
+import numpy as np
+
+from agents.learners.base import Learner
+from agents.learners.ppo import PPOConfig
+from agents.learners.team import TeamEpisode
+
+#: What an agent "without an answer" leaves in the later agents' prompts.
+BLANK = ""
+
+
+@dataclasses.dataclass(kw_only=True)
+class DifferenceConfig(PPOConfig):
+    """``--learner difference``: PPO's settings, for each member, learning from its difference reward."""
+
+    _argument_group_name: ClassVar[str] = "Learner difference: each agent's reward is its own contribution"
+
+
+class DifferenceRewards:
+    """A team of per-agent learners, each learning from its difference reward (module docstring).
+
+    Args:
+        members: ``{learner name: Learner}``, one per agent: they act in the counterfactual
+            rollouts (with their own sampling generators) and learn from their episodes with
+            ``scores`` replaced by their difference rewards.
+    """
+
+    def __init__(self, members: dict[str, Learner]):
+        self.members = members
+
+    def learn(self, team: TeamEpisode) -> dict[str, dict[str, float]]:
+        order = team.order  # chain positions this iteration
+        task = np.array([team.episodes[name].task_rewards for name in order])  # (N, B)
+        stats: dict[str, dict[str, float]] = {}
+        for i, name in enumerate(order):
+            later = task[i + 1 :].sum(axis=0)
+            replayed = self.replay_without(team, i) if i + 1 < len(order) else later
+            difference = task[i] + later - replayed
+            episode = dataclasses.replace(team.episodes[name], scores=difference)
+            stats[name] = self.members[name].learn(episode) | {
+                "difference_reward_mean": float(difference.mean()),
+                "counterfactual_reward_mean": float(replayed.mean()),  # the later agents' without this answer
+            }
+        return stats
+
+    def replay_without(self, team: TeamEpisode, position: int) -> np.ndarray:
+        """``(B,)`` the later agents' summed task rewards when the chain is played again from
+        ``position + 1`` with the answer at ``position`` blank (the earlier answers kept)."""
+        env = copy.copy(team.env)  # the played environment stays as it was
+        roles = env.possible_agents
+        learner_at = {role: name for name, role in team.roles.items()}
+        given = [list(env.responses[role]) for role in roles[:position]] + [[BLANK] * env.num_conversations]
+        env.reset(options={"answers": given})
+        rewards = []
+        for role in env.agent_iter():
+            observation, _, terminated, truncated, info = env.last()
+            if terminated or truncated:
+                rewards.append(np.atleast_1d(np.asarray(info["task_reward"], dtype=np.float64)))
+                env.step(None)
+            else:
+                name = learner_at[role]
+                env.step(self.members[name].act(name, observation))
+        return np.sum(rewards, axis=0)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}  # the replays draw from the members' generators, saved with them
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass

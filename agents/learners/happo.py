@@ -1,0 +1,87 @@
+"""HAPPO: heterogeneous-agent PPO (Kuba et al., ICLR 2022), a team learner over PPO members.
+
+Independent PPO updates every agent against the others' *old* policies, as if they stood still.
+HAPPO updates the agents one after another, in a random order drawn each iteration, and each
+later agent learns from the advantage weighted by how much the agents updated before it changed
+their own answers on the same conversations. For the order ``i_1, ..., i_n``, agent ``i_m``
+minimises PPO's clipped loss with the advantage ``M^{i_{1:m}} A`` in place of ``A``::
+
+    M^{i_{1:m}}_b = prod_{j < m} pi_new^{i_j}(y^{i_j}_b | x^{i_j}_b) / pi_old^{i_j}(y^{i_j}_b | x^{i_j}_b)
+                  = exp( sum_{j < m} [log pi_new^{i_j}(y^{i_j}_b | x^{i_j}_b) - log pi_old^{i_j}(y^{i_j}_b | x^{i_j}_b)] )
+
+    L^{i_m} = mean_t max(-M_b A_bt rho_bt, -M_b A_bt clip(rho_bt, 1 - eps, 1 + eps))
+
+where ``y^{i}_b`` is agent ``i``'s whole response in conversation ``b`` (an action is an answer:
+its probability is the product of its tokens'), ``x^{i}_b`` its prompt, ``pi_old`` the policy
+that acted and ``pi_new`` the policy after its update; ``M^{i_1} = 1``. As ``M >= 0``,
+``min(rho M A, clip(rho) M A) = M min(rho A, clip(rho) A)``: the weight multiplies the advantage
+(:meth:`~agents.learners.ppo.PPOLearner.learn`'s ``advantage_weights``, applied after whitening, as
+HARL's implementation weights the normalised advantage) and PPO's update does the rest. ``M`` is
+detached: it weights, it is not learned through.
+
+Each member keeps its own value head: its advantage ``A`` is GAE of the collective reward minus its
+KL penalty from its own context, which holds the whole transcript up to its turn (the query, and
+the earlier agents' answers), so each critic sees the state at its turn; HAPPO's paper uses one
+centralised critic for the same quantity. The cost over independent PPO is two no-grad passes per
+member but the last in the order (its log-probabilities before and after its update).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from agents.learners.ppo import PPOConfig, PPOLearner
+from agents.learners.team import TeamEpisode
+
+
+@dataclass(kw_only=True)
+class HAPPOConfig(PPOConfig):
+    """HAPPO's settings (``--learner happo``): PPO's, for each member; the order is drawn from ``--seed``."""
+
+    _argument_group_name: ClassVar[str] = (
+        "Learner happo: sequential PPO updates, weighted by the earlier agents' change"
+    )
+
+
+class HAPPO:
+    """A team of :class:`~agents.learners.ppo.PPOLearner` members updated one after another (module docstring).
+
+    Args:
+        members: ``{learner name: PPOLearner}``, one per agent.
+        seed: seeds the update order (the same on every process of a data-parallel run).
+    """
+
+    def __init__(self, members: dict[str, PPOLearner], seed: int = 0):
+        self.members = members
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def learn(self, team: TeamEpisode) -> dict[str, dict[str, float]]:
+        names = list(team.episodes)
+        order = [names[i] for i in torch.randperm(len(names), generator=self.generator).tolist()]
+        factor: torch.Tensor | None = None  # M, per conversation; 1 for the first agent
+        stats: dict[str, dict[str, float]] = {}
+        for position, name in enumerate(order):
+            member, episode = self.members[name], team.episodes[name]
+            last = position == len(order) - 1
+            before = None if last else member.response_logprobs(episode)
+            stats[name] = member.learn(episode, advantage_weights=factor)
+            weights = np.ones(len(episode.scores)) if factor is None else factor.cpu().numpy()
+            stats[name] |= {
+                "update_position": float(position),
+                "happo_factor_mean": float(weights.mean()),
+                "happo_factor_max": float(weights.max()),
+            }
+            if not last:  # this agent's change on each conversation weights the later ones
+                change = torch.exp(member.response_logprobs(episode) - before).cpu()
+                factor = change if factor is None else factor * change
+        return stats
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.generator.set_state(state["generator"])

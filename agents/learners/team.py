@@ -1,0 +1,118 @@
+"""The team-level learner interface: one object that learns for several agents at once.
+
+A per-agent :class:`~agents.learners.base.Learner` sees its own batch only. A *team learner*
+sees the whole team's iteration: every member's :class:`~agents.learners.base.Episode`, each
+with the role it played, row ``b`` of every episode being conversation ``b`` (the same query,
+and for a later agent the earlier agents' answers in its prompt). That is what multi-agent
+algorithms need: sequential updates that weight one agent's advantage by the others' policy
+change (:mod:`agents.learners.happo`), credit for one agent's part in the collective reward
+(:mod:`agents.learners.difference`), a critic over the whole transcript.
+
+A team learner has:
+
+- ``members``: ``{learner name: Learner}``, one per agent (``llm_0``, ``llm_1``, ...). Each
+  member acts for its agent and keeps its own ``state_dict``, so checkpoints, exported models,
+  ``cory-eval`` and ``cory-bench`` see the members as they see the learners of CORY;
+- ``learn(team_episode)``: called once per iteration with the :class:`TeamEpisode`; returns
+  ``{learner name: {statistic: float}}`` (logged as ``<learner>/<statistic>``, as a per-agent
+  learner's; another key, such as ``"team"``, is logged the same way);
+- ``state_dict()`` / ``load_state_dict(state)``: the team's own state beyond its members'
+  (its random generator, a shared critic, ...), saved under ``"team"`` in the checkpoint.
+
+``act`` is the members'; the trainer calls ``members[agent].act``. The role schedule is the
+environment's (:class:`~cory_env.RoleExchangeWrapper`): ``TeamEpisode.roles`` says who sat where.
+
+:class:`IndependentLearners` is the team of per-agent learners that each learn alone (CORY:
+independent PPO on the collective reward); the trainer wraps a per-agent ``--learner`` in it.
+Register a team learner in :data:`agents.training.registry.TEAM_LEARNERS`; see
+docs/plug-in-your-algorithm.md ("Team learners").
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+from pettingzoo import AECEnv
+
+from agents.learners.base import Episode, Learner
+
+
+@dataclass
+class TeamEpisode:
+    """One iteration of the whole team: each member's episode and role, aligned by conversation.
+
+    ``episodes[name]`` is learner ``name``'s :class:`~agents.learners.base.Episode` (row ``b`` is
+    conversation ``b`` in every one of them); ``roles[name]`` the chain position it played
+    (``"pioneer"``, ``"observer"``, ``"observer_1"``, ...); ``env`` the unwrapped environment that
+    played the episode (its ``possible_agents`` are the roles in chain order; a learner that
+    replays part of the episode uses its ``reset(options={"answers": ...})`` on a copy).
+    """
+
+    episodes: dict[str, Episode]
+    roles: dict[str, str]
+    env: AECEnv | None = None
+
+    @property
+    def order(self) -> list[str]:
+        """The learners in chain order this iteration: the pioneer first."""
+        if self.env is not None:
+            position = {role: k for k, role in enumerate(self.env.possible_agents)}
+            return sorted(self.episodes, key=lambda name: position[self.roles[name]])
+        return list(self.episodes)
+
+    @property
+    def collective_rewards(self) -> np.ndarray:
+        """``(B,)`` the sum of the members' task rewards per conversation (CORY's collective reward)."""
+        return np.sum([ep.task_rewards for ep in self.episodes.values()], axis=0)
+
+
+@runtime_checkable
+class TeamLearner(Protocol):
+    """A learner for several agents at once (see the module docstring for the contract)."""
+
+    members: dict[str, Learner]
+
+    def learn(self, team: TeamEpisode) -> dict[str, dict[str, float]]:
+        """Update every member from the team's iteration; return each one's statistics."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """The team's own state, beyond its members' (``{}`` when it has none)."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        ...
+
+
+class IndependentLearners:
+    """Per-agent learners, each learning alone from its own episode (in chain order): CORY's
+    independent PPO, or any ``--learner`` of :data:`~agents.training.registry.LEARNERS`.
+
+    ``around(name, role)``, if given, is a context manager each member's update runs in
+    (``--gradient-checkpointing-observer``: the trainer's)."""
+
+    def __init__(
+        self,
+        members: dict[str, Learner],
+        around: Callable[[str, str], contextlib.AbstractContextManager[None]] | None = None,
+    ):
+        self.members = members
+        self.around = around or (lambda name, role: contextlib.nullcontext())
+
+    def learn(self, team: TeamEpisode) -> dict[str, dict[str, float]]:
+        stats = {}
+        for name in team.order:
+            with self.around(name, team.roles[name]):
+                stats[name] = self.members[name].learn(team.episodes[name])
+        return stats
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass

@@ -1,0 +1,90 @@
+"""Difference rewards (agents/learners/difference.py): each agent's reward by hand from a replay, the
+played episode left as it was, learning for real at toy scale in chains of two and three."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from agents.learners.difference import BLANK, DifferenceRewards
+from agents.learners.team import TeamEpisode
+from agents.training.trainer import Trainer
+from tests.support.runs import PROMPTS, toy_config
+from tests.support.toy import fraction_good
+
+
+def played(trainer: Trainer) -> TeamEpisode:
+    finals = trainer.rollout()
+    return TeamEpisode(
+        episodes={name: episode for name, (episode, _) in finals.items()},
+        roles={name: info["role"] for name, (_, info) in finals.items()},
+        env=trainer.game.unwrapped,
+    )
+
+
+def replayed_by_hand(trainer: Trainer, team: TeamEpisode, position: int) -> dict[str, np.ndarray]:
+    """Each later agent's task reward when the chain is played again with the answer at ``position`` blank."""
+    env = copy.copy(team.env)
+    learner_at = {role: name for name, role in team.roles.items()}
+    roles = env.possible_agents
+    answers = [list(env.responses[r]) for r in roles[:position]] + [[BLANK] * env.num_conversations]
+    env.reset(options={"answers": answers})
+    rewards = {}
+    for role in env.agent_iter():
+        observation, _, terminated, truncated, info = env.last()
+        if terminated or truncated:
+            rewards[learner_at[role]] = np.asarray(info["task_reward"])
+            env.step(None)
+        else:
+            env.step(trainer.learners[learner_at[role]].act(learner_at[role], observation))
+    return rewards
+
+
+@pytest.mark.parametrize("num_agents", [2, 3])
+def test_each_agent_learns_from_its_reward_plus_its_help_to_the_later_agents(toy_model, tmp_path, num_agents):
+    config = toy_config(toy_model, tmp_path, algo="cory", learner="difference", num_agents=num_agents)
+    trainer = Trainer(config, prompts=PROMPTS, reward_fn=fraction_good)
+    assert isinstance(trainer.team, DifferenceRewards)
+    team = played(trainer)
+    order = team.order
+    responses = copy.deepcopy(team.env.responses)
+    start = {n: learner.state_dict() for n, learner in trainer.learners.items()}
+
+    # By hand: D^i = r^i + sum_{j > i} (r^j - r'^j), r' from a replay with agent i's answer blank.
+    task = {n: team.episodes[n].task_rewards for n in order}
+    expected = {}
+    for i, name in enumerate(order):
+        replay = replayed_by_hand(trainer, team, i) if i + 1 < num_agents else {}
+        assert sorted(replay) == sorted(order[i + 1 :])
+        expected[name] = task[name] + sum(task[n] - replay[n] for n in order[i + 1 :])
+    assert not np.array_equal(expected[order[0]], team.collective_rewards)  # the replays did answer otherwise
+
+    for name, learner in trainer.learners.items():  # the same random draws again
+        learner.load_state_dict(start[name])
+    seen = {}
+    for name, learner in trainer.learners.items():
+        learn = learner.learn
+        learner.learn = lambda episode, learn=learn, name=name: seen.setdefault(name, episode) and learn(episode)
+    stats = trainer.team.learn(team)
+    for name in order:
+        np.testing.assert_allclose(seen[name].scores, expected[name], rtol=0, atol=1e-12)  # summation order
+        assert stats[name]["difference_reward_mean"] == pytest.approx(expected[name].mean())
+        assert stats[name]["reward_mean"] == pytest.approx(expected[name].mean())  # what PPO learned from
+    np.testing.assert_array_equal(seen[order[-1]].scores, task[order[-1]])  # the last agent: its own reward
+    assert team.env.responses == responses  # the played episode is left as it was
+
+
+@pytest.mark.parametrize("num_agents", [2, 3])
+def test_difference_rewards_raise_every_learners_reward(toy_model, tmp_path, num_agents):
+    # As the chain-of-three test of independent PPO (tests/agents/training/test_teams.py): no KL penalty.
+    config = toy_config(
+        toy_model, tmp_path, algo="cory", learner="difference", num_agents=num_agents, iterations=14, kl_coef=0.0
+    )
+    Trainer(config, prompts=PROMPTS, reward_fn=fraction_good).train(progress=False)
+    metrics = pd.read_csv(tmp_path / "metrics.csv")
+    for i in range(num_agents):
+        curve = metrics[f"llm_{i}/task_reward_mean"].to_numpy()
+        assert curve[-3:].mean() > curve[:3].mean() + 0.1, (i, curve)

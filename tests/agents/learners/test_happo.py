@@ -1,0 +1,114 @@
+"""HAPPO (agents/learners/happo.py): the factor by hand, the weighted PPO update, the order, learning
+for real at toy scale in chains of two and three."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from agents.learners.happo import HAPPO
+from agents.learners.team import TeamEpisode
+from agents.training.trainer import Trainer
+from tests.support.runs import PROMPTS, toy_config
+from tests.support.toy import fraction_good
+
+
+def played(trainer: Trainer) -> TeamEpisode:
+    finals = trainer.rollout()
+    return TeamEpisode(
+        episodes={name: episode for name, (episode, _) in finals.items()},
+        roles={name: info["role"] for name, (_, info) in finals.items()},
+        env=trainer.game.unwrapped,
+    )
+
+
+def weights(learner) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in learner.model.named_parameters()}
+
+
+@pytest.mark.parametrize("num_agents", [2, 3])
+def test_each_later_agent_learns_from_the_advantage_times_the_earlier_agents_ratios(toy_model, tmp_path, num_agents):
+    config = toy_config(toy_model, tmp_path, algo="cory", learner="happo", num_agents=num_agents, lr=1e-2)
+    trainer = Trainer(config, prompts=PROMPTS, reward_fn=fraction_good)
+    team = trainer.team
+    assert isinstance(team, HAPPO) and team.members is trainer.learners
+    episode = played(trainer)
+    order_draw = torch.Generator().manual_seed(0)
+    order_draw.set_state(team.generator.get_state())
+    order = [list(episode.episodes)[i] for i in torch.randperm(num_agents, generator=order_draw).tolist()]
+    before = {n: trainer.learners[n].response_logprobs(episode.episodes[n]) for n in order}
+    states = {n: trainer.learners[n].state_dict() for n in order}
+
+    stats = team.learn(episode)
+
+    # By hand: M of the m-th agent = prod over the agents before it of pi_new(y|x) / pi_old(y|x), per conversation.
+    factor = torch.ones(config.batch_size, dtype=torch.float64)
+    for position, name in enumerate(order):
+        assert stats[name]["update_position"] == position
+        assert stats[name]["happo_factor_mean"] == pytest.approx(float(factor.mean()), rel=1e-5)
+        assert stats[name]["happo_factor_max"] == pytest.approx(float(factor.max()), rel=1e-5)
+        after = trainer.learners[name].response_logprobs(episode.episodes[name])
+        factor = factor * torch.exp((after - before[name]).double())
+    assert not torch.allclose(factor, torch.ones_like(factor))  # the agents did change their answers' odds
+
+    # The last agent's update is PPO's with its advantages weighted by that factor, exactly.
+    last = order[-1]
+    learned = weights(trainer.learners[last])
+    trainer.learners[last].load_state_dict(states[last])
+    factor = torch.ones(config.batch_size)
+    for name in order[:-1]:
+        factor = factor * torch.exp(trainer.learners[name].response_logprobs(episode.episodes[name]) - before[name])
+    trainer.learners[last].learn(episode.episodes[last], advantage_weights=factor)
+    again = weights(trainer.learners[last])
+    assert all(torch.equal(learned[n], again[n]) for n in learned)
+
+
+def test_advantage_weights_multiply_the_advantages(toy_model, tmp_path):
+    config = toy_config(toy_model, tmp_path, algo="ppo", lr=1e-2)
+    trainer = Trainer(config, prompts=PROMPTS, reward_fn=fraction_good)
+    episode = played(trainer).episodes["pioneer"]
+    learner = trainer.learners["pioneer"]
+    start = learner.state_dict()
+    plain = learner.learn(episode)
+    plain_weights = weights(learner)
+    learner.load_state_dict(start)
+    ones = learner.learn(episode, advantage_weights=np.ones(config.batch_size))
+    assert all(torch.equal(plain_weights[n], p) for n, p in weights(learner).items())
+    assert ones == plain
+    # Zero weights: no policy gradient (the loss is exactly 0), only the value head's.
+    learner.load_state_dict(start)
+    zeros = learner.learn(episode, advantage_weights=torch.zeros(config.batch_size))
+    assert zeros["policy_loss"] == 0.0 and zeros["clipfrac"] == 0.0
+    # Doubling every advantage doubles the first minibatch's policy loss (the same batch and order).
+    learner.load_state_dict(start)
+    learner.config.ppo_epochs, learner.config.mini_batch_size = 1, config.batch_size
+    once = learner.learn(episode)
+    learner.load_state_dict(start)
+    twice = learner.learn(episode, advantage_weights=torch.full((config.batch_size,), 2.0))
+    assert twice["policy_loss"] == pytest.approx(2 * once["policy_loss"], rel=1e-5)
+
+
+def test_the_order_is_drawn_each_iteration_and_resumes(toy_model, tmp_path):
+    config = toy_config(toy_model, tmp_path, algo="cory", learner="happo", num_agents=3, iterations=6)
+    trainer = Trainer(config, prompts=PROMPTS, reward_fn=fraction_good)
+    trainer.train(progress=False)
+    metrics = pd.read_csv(tmp_path / "metrics.csv")
+    positions = metrics[[f"llm_{i}/update_position" for i in range(3)]].to_numpy()
+    assert all(sorted(row) == [0, 1, 2] for row in positions)
+    assert len({tuple(row) for row in positions}) > 1  # not one fixed order
+    assert trainer.state_dict()["team"]["generator"].equal(trainer.team.generator.get_state())
+
+
+@pytest.mark.parametrize("num_agents", [2, 3])
+def test_happo_raises_every_learners_reward(toy_model, tmp_path, num_agents):
+    # As the chain-of-three test of independent PPO (tests/agents/training/test_teams.py): no KL penalty.
+    config = toy_config(
+        toy_model, tmp_path, algo="cory", learner="happo", num_agents=num_agents, iterations=14, kl_coef=0.0
+    )
+    Trainer(config, prompts=PROMPTS, reward_fn=fraction_good).train(progress=False)
+    metrics = pd.read_csv(tmp_path / "metrics.csv")
+    for i in range(num_agents):
+        curve = metrics[f"llm_{i}/task_reward_mean"].to_numpy()
+        assert curve[-3:].mean() > curve[:3].mean() + 0.1, (i, curve)
