@@ -38,13 +38,13 @@ KL_VS_REWARD_PLOT = "kl_vs_reward.png"
 MEAN_OF_LEARNERS = "mean"  # the learner column of a row that averages a run's learners (CORY's two)
 #: Metrics reported with the t-interval of their mean and tested against the baseline (Welch).
 COMPARED_METRICS = ("task_reward_mean", "kl", "combined_reward")
-BASELINE = "ppo"  # every other algorithm's rows are tested against its row
 CONFIDENCE = 0.95
 REWARD_RISE_K = 3  # reward rise: the last k iterations against the first k (k = iterations // 2 if fewer)
 
 
 def run_dir(out: str | Path, algo: str, seed: int) -> Path:
-    return Path(out) / algo / f"seed{seed}"
+    """The folder of an ``--algos`` entry's run: ``cory/seed0``, ``cory-happo/seed0`` for ``cory:happo``."""
+    return Path(out) / algo.replace(":", "-") / f"seed{seed}"
 
 
 def _final_training_metrics(df: pd.DataFrame) -> dict[str, dict[str, float]]:
@@ -99,19 +99,19 @@ def _over_seeds(values: list[float]) -> dict[str, Any]:
     }
 
 
-def _comparisons(summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _comparisons(summary: list[dict[str, Any]], baseline_algo: str) -> list[dict[str, Any]]:
     """Welch's t-test over seeds of each row of another algorithm against the baseline's row.
 
-    ``difference`` is the row's mean minus the baseline's (CORY - PPO); the baseline row is
-    PPO's single learner (its mean-of-learners row, were there several).
+    ``difference`` is the row's mean minus the baseline's (CORY - PPO); the baseline row is the
+    baseline's single learner, or its mean-of-learners row when it has several (CORY's).
     """
-    rows = [r for r in summary if r["algo"] == BASELINE]
+    rows = [r for r in summary if r["algo"] == baseline_algo]
     if not rows:
         return []
     baseline = next((r for r in rows if r["learner"] == MEAN_OF_LEARNERS), rows[0])
     comparisons = []
     for row in summary:
-        if row["algo"] == BASELINE:
+        if row["algo"] == baseline_algo:
             continue
         tests = {
             part: {
@@ -131,12 +131,14 @@ def write_report(out: Path, train: TrainConfig, bench: BenchmarkConfig, settings
     runs: dict[str, dict[str, Any]] = {}
     frames: dict[str, list[pd.DataFrame]] = {}
     summary = []
+    seconds: dict[str, dict[str, Any]] = {}
     for algo in bench.algos:
-        per_seed_train, per_seed_eval, per_seed_rise = [], [], []
+        per_seed_train, per_seed_eval, per_seed_rise, per_seed_seconds = [], [], [], []
         for seed in seeds:
             folder = run_dir(out, algo, seed)
             df = read_metrics(folder)
             frames.setdefault(algo.upper(), []).append(df)
+            per_seed_seconds.append(float(df.groupby("iteration")["seconds"].last().median()))
             final = _with_mean_of_learners(_final_training_metrics(df), TRAIN_METRICS)
             rises = _reward_rises(df, train.batch_size, rise_k)
             evaluated = json.loads((folder / "evaluation.json").read_text())["learners"]
@@ -167,6 +169,7 @@ def write_report(out: Path, train: TrainConfig, bench: BenchmarkConfig, settings
                     },
                 }
             )
+        seconds[algo] = _over_seeds(per_seed_seconds)
     plots = []
     for metric, filename in PLOTS.items():
         labels = {algo.upper(): [run_dir(out, algo, s) for s in seeds] for algo in bench.algos}
@@ -183,7 +186,9 @@ def write_report(out: Path, train: TrainConfig, bench: BenchmarkConfig, settings
         "runs": runs,
         "plots": plots,
         "confidence": CONFIDENCE,
-        "comparisons": _comparisons(summary),
+        "baseline": bench.algos[0],
+        "comparisons": _comparisons(summary, bench.algos[0]),
+        "seconds_per_iteration": seconds,
         "settings": settings,
     }
     write_json(out / "report.json", report)
@@ -197,7 +202,7 @@ def _p_value(p: Any) -> str:
 
 def format_report(report: dict[str, Any]) -> str:
     """The Markdown report: a table for the last training iteration and one for the held-out
-    evaluation, each followed by the Welch tests against PPO."""
+    evaluation, each followed by the Welch tests against the baseline (the first of ``--algos``)."""
     bench = report["settings"]["benchmark"]
     train = report["settings"]["train"]
     level = f"{report['confidence']:.0%}"
@@ -238,12 +243,14 @@ def format_report(report: dict[str, Any]) -> str:
         ]
         return [
             "",
-            f"Against {BASELINE.upper()} (Welch's t-test over seeds): the row's mean minus {BASELINE.upper()}'s "
+            f"Against {baseline} (Welch's t-test over seeds): the row's mean minus {baseline}'s "
             f"[the {level} interval of that difference], two-sided p-value.",
             "",
             markdown_table(header, rows),
         ]
 
+    baseline = report.get("baseline", "ppo").upper()
+    baseline_seconds = report.get("seconds_per_iteration", {}).get(report.get("baseline", "ppo"), {"mean": np.nan})
     seeds = report["seeds"]
     rise_k = _reward_rise_k(report["iterations"])
     rise = (
@@ -280,6 +287,17 @@ def format_report(report: dict[str, Any]) -> str:
         "",
         table("eval", EVAL_METRICS),
         *tests("eval"),
+        "",
+        "## Cost",
+        "",
+        "Seconds per training iteration (each run's median over its iterations; mean ± std over seeds), "
+        "measured in these runs, on this machine, side by side:",
+        "",
+        *(
+            f"- {algo.upper()}: {fmt(c['mean'], c['std'])} s"
+            + (f", {c['mean'] / baseline_seconds['mean']:.2f}x {baseline}'s" if algo.upper() != baseline else "")
+            for algo, c in report.get("seconds_per_iteration", {}).items()
+        ),
         "",
         "## Curves",
         "",

@@ -3,18 +3,22 @@
     cory-bench --reward mypackage.rewards:politeness --iterations 20 --seeds 3 --out runs/bench
     python -m agents.evaluation.reward_benchmark --reward vader --iterations 2 --seeds 2 --batch-size 4 --out runs/tiny
     cory-bench --out runs/bench --resume            # continue after a crash, or with more --seeds
+    cory-bench --algos cory cory:happo cory:difference --out runs/marl   # learners compared, CORY the baseline
 
 Every flag of examples/train_cory.py (--model, --batch-size, --kl-coef, --lora, ...) applies
 to every run, except those the benchmark sets per run (--algo, --seed, --out, --resume,
 --overwrite); --num-agents and --models shape CORY's team, and PPO trains the first agent's
-model alone. What --out holds:
+model alone. An entry of --algos is an algorithm (ppo, cory), with the --learner flag's learner,
+or ALGO:LEARNER with a learner of its own (cory:happo, cory:difference, ppo:grpo): the first
+entry is the baseline every other is tested against. What --out holds:
 
     benchmark.json                      the settings (--resume checks they did not change)
     ppo/seed0/, cory/seed0/, ...        one ordinary training run each (metrics.csv, samples.jsonl,
-                                        plots, checkpoints/) and its evaluation.json
+    cory-happo/seed0/, ...              plots, checkpoints/) and its evaluation.json
     report.md, report.json              final metrics per algorithm and learner: mean ± std and the 95%
-                                        t-interval over seeds, Welch's t-test of CORY against PPO, and
-                                        each run's reward rise (z of its last iterations over its first)
+                                        t-interval over seeds, Welch's t-test of each against the
+                                        first (PPO), each run's reward rise (z of its last iterations
+                                        over its first), seconds per iteration
     task_reward.png, kl.png, combined_reward.png
                                         training curves: mean over seeds with a ±std band
     kl_vs_reward.png                    task reward against KL over training, mean over seeds
@@ -48,6 +52,7 @@ from agents.evaluation.report import write_json
 from agents.learners.lm import flag
 from agents.training.checkpoint import checkpoint_iteration, latest_checkpoint
 from agents.training.config import ALGOS, TrainConfig, apply_preset, changed_settings
+from agents.training.registry import LEARNERS
 from agents.training.trainer import Trainer
 from cory_env.errors import UsageError
 
@@ -64,7 +69,10 @@ class BenchmarkConfig:
     out: str = flag("runs/reward-benchmark", "benchmark folder: runs, report.md, report.json, plots")
     seeds: int = flag(3, "seeds per algorithm (the paper: 3)")
     seed: int = flag(0, "first seed; the runs use seed, seed + 1, ...")
-    algos: list[str] = field(default_factory=lambda: ["ppo", "cory"], metadata={"help": "algorithms to compare"})
+    algos: list[str] = field(
+        default_factory=lambda: ["ppo", "cory"],
+        metadata={"help": "algorithms to compare, the first the baseline: ppo, cory, or ALGO:LEARNER (cory:happo)"},
+    )
     resume: bool = flag(False, "continue the benchmark in --out: skip finished runs, resume half-finished ones")
     overwrite: bool = flag(False, "start over in an --out that already holds a benchmark (deletes its runs)")
     eval_prompts: int = flag(64, "held-out prompts each final policy answers")
@@ -75,13 +83,23 @@ class BenchmarkConfig:
     progress: bool = flag(True, "show progress bars")
 
     def __post_init__(self) -> None:
-        unknown = [a for a in self.algos if a not in ALGOS]
+        unknown = [a for a in self.algos if not _is_arm(a)]
         if unknown or not self.algos:
-            raise UsageError(f"--algos {' '.join(self.algos)}: choose among {', '.join(ALGOS)}")
+            raise UsageError(
+                f"--algos {' '.join(self.algos)}: choose among {', '.join(ALGOS)}, each alone (with --learner) or as "
+                f"ALGO:LEARNER, LEARNER one of {', '.join(LEARNERS)} (cory:happo)"
+            )
+        if len(set(self.algos)) < len(self.algos):
+            raise UsageError(f"--algos {' '.join(self.algos)} names an algorithm twice: give each once")
         if self.seeds < 1:
             raise UsageError(f"--seeds must be at least 1, got {self.seeds}")
         if self.resume and self.overwrite:
             raise UsageError("--resume continues a benchmark and --overwrite starts it over: give one")
+
+
+def _is_arm(arm: str) -> bool:
+    algo, colon, learner = arm.partition(":")
+    return algo in ALGOS and (not colon or learner in LEARNERS)
 
 
 class BenchmarkExistsError(UsageError, FileExistsError):
@@ -119,11 +137,12 @@ def _settings(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
 def _prepare(out: Path, train: TrainConfig, bench: BenchmarkConfig) -> None:
     """Refuse to mix two benchmarks in one folder; start over with --overwrite; check a --resume."""
     saved_path = out / "benchmark.json"
-    holds_runs = any((out / algo).is_dir() for algo in ALGOS)
+    folders = [run_dir(out, arm, 0).parent for arm in (*ALGOS, *bench.algos)]
+    holds_runs = any(folder.is_dir() for folder in folders)
     if saved_path.exists() or holds_runs:
         if bench.overwrite:
-            for algo in ALGOS:
-                shutil.rmtree(out / algo, ignore_errors=True)
+            for folder in folders:
+                shutil.rmtree(folder, ignore_errors=True)
             for name in ("benchmark.json", "report.md", "report.json", *PLOTS.values(), KL_VS_REWARD_PLOT):
                 (out / name).unlink(missing_ok=True)
         elif not bench.resume:
@@ -154,14 +173,16 @@ def _evaluation_is_current(path: Path, config: EvalConfig, iterations: int) -> b
     return done.get("settings") == dataclasses.asdict(config) and done["policy"].get("iterations_trained") == iterations
 
 
-def for_algo(train: TrainConfig, algo: str) -> dict[str, Any]:
-    """The settings of ``algo``'s runs: ``--num-agents`` and ``--models`` shape CORY's team; PPO, the
-    baseline, trains the first agent's model alone."""
+def for_algo(train: TrainConfig, arm: str) -> dict[str, Any]:
+    """The settings of an ``--algos`` entry's runs (``ALGO`` or ``ALGO:LEARNER``): ``--num-agents`` and
+    ``--models`` shape CORY's team; PPO, the baseline, trains the first agent's model alone."""
+    algo, _, learner = arm.partition(":")
+    own = {"algo": algo, **({"learner": learner} if learner else {})}
     if algo != "ppo":
-        return {"algo": algo}
+        return own
     templates = train.template_list()
     return {
-        "algo": algo,
+        **own,
         "num_agents": None,
         "models": "",
         "model": next(iter(train.agent_models().values())),

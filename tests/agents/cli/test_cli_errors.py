@@ -259,7 +259,10 @@ def test_cory_eval_without_a_checkpoint(run, tmp_path):
 def test_cory_bench_refuses_an_unknown_algorithm(run, tmp_path):
     code, err = run(reward_benchmark.main, "cory-bench", ["--algos", "ppo", "grpo", "--out", str(tmp_path / "b")])
     assert code == 2
-    assert the_error(err, "cory-bench") == "--algos ppo grpo: choose among cory, ppo"
+    assert the_error(err, "cory-bench") == (
+        "--algos ppo grpo: choose among cory, ppo, each alone (with --learner) or as ALGO:LEARNER, LEARNER one of "
+        "ppo, grpo, rloo, happo, difference (cory:happo)"
+    )
 
 
 def test_a_folder_that_holds_a_run(run, toy_model, tmp_path):

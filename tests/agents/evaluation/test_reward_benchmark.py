@@ -242,6 +242,36 @@ def test_bad_flags_are_explained(tmp_path):
         main(["--algos", "ppo", "grpo", "--out", str(tmp_path / "c")])
 
 
+def test_learners_are_compared_against_the_first_entry(tmp_path):
+    model = save_tiny_llama(tmp_path / "toy", toy_tokenizer())
+    out = tmp_path / "marl"
+    arms = ["cory", "cory:happo", "cory:difference"]
+    main(toy_args(model, out, "--seeds", "2", "--iterations", "2", "--algos", *arms))
+    for folder, learner in (("cory", "ppo"), ("cory-happo", "happo"), ("cory-difference", "difference")):
+        for seed in (0, 1):
+            assert json.loads((out / folder / f"seed{seed}" / "config.json").read_text())["learner"] == learner
+    assert "llm_0/happo_factor_mean" in pd.read_csv(out / "cory-happo" / "seed0" / "metrics.csv")
+    report = json.loads((out / "report.json").read_text())
+    assert report["baseline"] == "cory"
+    compared = {(c["algo"], c["learner"]): c["baseline"] for c in report["comparisons"]}
+    assert compared[("cory:happo", "mean")] == {"algo": "cory", "learner": "mean"}
+    assert sorted(compared) == sorted((a, n) for a in arms[1:] for n in ("llm_0", "llm_1", "mean"))
+    # Each test by hand: Welch's t-test of the two rows' values over seeds.
+    rows = {(r["algo"], r["learner"]): r for r in report["summary"]}
+    mine, base = rows[("cory:difference", "llm_0")], rows[("cory", "mean")]
+    test = next(c for c in report["comparisons"] if c["algo"] == "cory:difference" and c["learner"] == "llm_0")
+    a, b = mine["train"]["kl"]["values"], base["train"]["kl"]["values"]
+    assert test["train"]["kl"]["p_value"] == pytest.approx(stats.ttest_ind(a, b, equal_var=False).pvalue)
+    seconds = report["seconds_per_iteration"]
+    assert sorted(seconds) == sorted(arms) and all(s["mean"] > 0 for s in seconds.values())
+    text = (out / "report.md").read_text()
+    assert "Against CORY" in text and "CORY:HAPPO" in text and "x CORY's" in text
+    with pytest.raises(UsageError, match="names an algorithm twice"):
+        main(toy_args(model, out, "--algos", "cory", "cory"))
+    with pytest.raises(UsageError, match="LEARNER one of"):
+        main(toy_args(model, out, "--algos", "cory:nope"))
+
+
 def test_help_lists_training_and_benchmark_flags(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["--help"])
