@@ -9,13 +9,12 @@ baseline every other is tested against):
 This script runs that benchmark seed by seed (``--seeds 1``, then 2, then 3, each a ``--resume``
 of the last: a stopped study continues where it stopped, with the runs' own checkpoints), and after
 each seed archives what it has: each finished run's metrics.csv, config.json and evaluation.json in
-docs/multi-agent/runs/<algo>/seed<N>/, then cory-bench's report (report.md, report.json and plots,
+docs/multi-agent/<algo>/seed<N>/ (cory/, cory-happo/, cory-difference/), then cory-bench's report (report.md, report.json and plots,
 written from the archived runs) in docs/multi-agent/, a per-learner figure, and the results section
 of docs/multi-agent-algorithms.md. The report covers the seeds every algorithm has finished.
 
     python benchmarks/multi_agent.py                  # run what is missing, archive, the page
     python benchmarks/multi_agent.py --report-only    # the page from the archived runs
-    python benchmarks/multi_agent.py --seeds 1 --iterations 2 --batch-size 4   # a smoke run
 
 Flags it does not know pass through to cory-bench (``--device cuda``, ``--num-agents 3``, ...) and
 are recorded in the archived benchmark.json.
@@ -122,7 +121,7 @@ def findings(result: dict) -> list[str]:
     return lines
 
 
-def write_page(result: dict, seeds: int, page: Path = PAGE) -> None:
+def write_page(result: dict, seeds: int, planned: int = SEEDS, page: Path = PAGE) -> None:
     """The results section of the page (between MARKERS): the findings, the cost, the plots, the report."""
     cost = result["seconds_per_iteration"]
     base = cost["cory"]["mean"]
@@ -131,7 +130,7 @@ def write_page(result: dict, seeds: int, page: Path = PAGE) -> None:
         [
             MARKERS[0],
             "",
-            f"{seeds} of {SEEDS} seeds archived (docs/multi-agent/runs). Differences against CORY over seeds, "
+            f"{seeds} of {planned} seeds archived (docs/multi-agent/). Differences against CORY over seeds, "
             f"[{CONFIDENCE:.0%} interval], Welch's p (an interval that holds 0 is no detected difference):",
             "",
             *findings(result),
@@ -172,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     result = report(args.archive, seeds)
     plot_per_learner(args.archive, seeds)
-    write_page(result, seeds, args.page)
+    write_page(result, seeds, args.seeds, args.page)
     print(f"report of {seeds} seed(s): {args.archive / 'report.md'}")
 
 

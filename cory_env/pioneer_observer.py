@@ -38,8 +38,11 @@ through the positions and seats each one's tokenizer with it.
 conversation, `1 <= k < N`) replays the last episode's queries, with its turn limit, and the
 answers of the first `k` positions given: only positions `k` to `N-1` play (`agents` holds them)
 and position `k`'s prompt is rendered from the given answers. Nothing is drawn from the
-environment's generator. A counterfactual: what the later agents answer, and earn, when an
-earlier answer is another, or blank (:class:`~agents.learners.difference.DifferenceRewards`).
+environment's generator (unless ``seed`` is given too). A counterfactual: what the later agents
+answer, and earn, when an earlier answer is another, or blank
+(:class:`~agents.learners.difference.DifferenceRewards`). Replays are the raw environment's:
+call them on a copy of ``env.unwrapped`` (``copy.copy``), which keeps the played episode's texts;
+CORY's wrappers refuse them.
 
 ### Batched form
 
@@ -157,9 +160,9 @@ values, non-finite values or values that are not real numbers raises
 
 - v0 (cory-env 0.1 to 0.3): the environment described here. cory-env 0.2 refuses rewards that
   are not real numbers (bools, strings, None: 0.1 converted `"0.5"` to 0.5) and limits a reward
-  call to `--reward-timeout` in the trainer; 0.3 adds `reset(options={"answers": ...})` (a replay
-  of the last episode with the first answers given), an option no earlier call could pass. With
-  valid input every argument behaves as in 0.1, so the id stays `cory/PioneerObserver-v0`.
+  call to `--reward-timeout` in the trainer; 0.3 adds the `answers` option of `reset` (a replay of
+  the last episode with the first answers given), which earlier versions ignored. With valid
+  input every argument behaves as in 0.1, so the id stays `cory/PioneerObserver-v0`.
 """
 
 from __future__ import annotations
@@ -352,16 +355,16 @@ class PioneerObserverEnv(AECEnv):
         speaker (tokenizer, vocabulary) at position ``k`` for this and later episodes (a
         permutation; :class:`~cory_env.RoleExchangeWrapper` rotates a team of different models so).
         ``options={"answers": [...]}`` replays the last episode (module docstring: "Replays")."""
-        if options and "seating" in options:
-            seating = check_seating(options["seating"], len(self.possible_agents))
-            self._slot = dict(zip(self.possible_agents, seating))  # one lookup per token step
-        if seed is not None or not hasattr(self, "np_random"):
-            self.np_random, self.np_random_seed = seeding.np_random(seed)
         given = given_answers(
             (options or {}).get("answers"), self.possible_agents, self.num_conversations, self.batched
         )
         if given and not hasattr(self, "queries"):
             raise RuntimeError("reset(options={'answers': ...}) replays the last episode's queries: play one first")
+        if options and "seating" in options:
+            seating = check_seating(options["seating"], len(self.possible_agents))
+            self._slot = dict(zip(self.possible_agents, seating))  # one lookup per token step
+        if seed is not None or not hasattr(self, "np_random"):
+            self.np_random, self.np_random_seed = seeding.np_random(seed)
         B = self.num_conversations
         self.agents = list(self.possible_agents[len(given) :])
         self.rewards = {a: 0.0 for a in self.agents}

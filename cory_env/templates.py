@@ -190,7 +190,12 @@ def given_answers(answers: Any, roles: Sequence[str], num_conversations: int, ba
     given = []
     for k, row in enumerate(answers):
         row = [row] if isinstance(row, str) and not batched else row
-        if isinstance(row, str) or len(row) != B or not all(isinstance(a, str) for a in row):
+        if (
+            isinstance(row, str)
+            or not isinstance(row, Sequence)
+            or len(row) != B
+            or not all(isinstance(a, str) for a in row)
+        ):
             raise ValueError(
                 f"options['answers'][{k}] (the {roles[k]}'s answers) must be {B} strings, one per conversation, "
                 f"got {row!r:.80}"

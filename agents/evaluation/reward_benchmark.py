@@ -51,7 +51,7 @@ from agents.evaluation.held_out import EvalConfig, evaluate, load_reward
 from agents.evaluation.report import write_json
 from agents.learners.lm import flag
 from agents.training.checkpoint import checkpoint_iteration, latest_checkpoint
-from agents.training.config import ALGOS, TrainConfig, apply_preset, changed_settings
+from agents.training.config import ALGOS, TrainConfig, apply_preset, changed_settings, resolve
 from agents.training.registry import LEARNERS
 from agents.training.trainer import Trainer
 from cory_env.errors import UsageError
@@ -198,6 +198,8 @@ def run_benchmark(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
     """
     train = dataclasses.replace(apply_preset(train), preset="")  # the settings as the runs will use them
     load_reward(train.reward, train.task)  # a mistyped reward fails now, not after the first runs
+    for arm in bench.algos:  # an entry whose settings cannot work fails now, not after the others' runs
+        resolve(dataclasses.replace(train, **for_algo(train, arm)))
     out = Path(bench.out)
     out.mkdir(parents=True, exist_ok=True)
     _prepare(out, train, bench)

@@ -69,21 +69,23 @@ class DifferenceRewards:
     def learn(self, team: TeamEpisode) -> dict[str, dict[str, float]]:
         order = team.order  # chain positions this iteration
         task = np.array([team.episodes[name].task_rewards for name in order])  # (N, B)
+        with team.acting():  # every replay first, by the policies that played the episode
+            replays = [self.replay_without(team, i) for i in range(len(order) - 1)]
         stats: dict[str, dict[str, float]] = {}
         for i, name in enumerate(order):
             later = task[i + 1 :].sum(axis=0)
-            replayed = self.replay_without(team, i) if i + 1 < len(order) else later
+            replayed = replays[i] if i < len(replays) else later
             difference = task[i] + later - replayed
             episode = dataclasses.replace(team.episodes[name], scores=difference)
-            stats[name] = self.members[name].learn(episode) | {
-                "difference_reward_mean": float(difference.mean()),
-                "counterfactual_reward_mean": float(replayed.mean()),  # the later agents' without this answer
-            }
+            stats[name] = self.members[name].learn(episode) | {"difference_reward_mean": float(difference.mean())}
+            if i < len(replays):  # the later agents' summed task rewards without this answer
+                stats[name]["counterfactual_reward_mean"] = float(replayed.mean())
         return stats
 
     def replay_without(self, team: TeamEpisode, position: int) -> np.ndarray:
         """``(B,)`` the later agents' summed task rewards when the chain is played again from
-        ``position + 1`` with the answer at ``position`` blank (the earlier answers kept)."""
+        ``position + 1`` with the answer at ``position`` blank (the earlier answers kept). The members
+        act: call it inside ``team.acting()``."""
         env = copy.copy(team.env)  # the played environment stays as it was
         roles = env.possible_agents
         learner_at = {role: name for name, role in team.roles.items()}

@@ -24,6 +24,11 @@ KL penalty from its own context, which holds the whole transcript up to its turn
 the earlier agents' answers), so each critic sees the state at its turn; HAPPO's paper uses one
 centralised critic for the same quantity. The cost over independent PPO is two no-grad passes per
 member but the last in the order (its log-probabilities before and after its update).
+
+``M`` is not clipped (nor is it in HARL's implementation), but here an action is a whole answer, so
+``log M`` sums the log-ratios of every token of every earlier answer: with long answers or a large
+learning rate it can grow far from 1. ``happo_factor_mean`` and ``happo_factor_max`` are logged for
+each member (the weights it learned with) to watch it.
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ import torch
 
 from agents.learners.ppo import PPOConfig, PPOLearner
 from agents.learners.team import TeamEpisode
+
+#: The update order's random stream, apart from the members' (seeded with the run's seed too).
+ORDER_STREAM = 1
 
 
 @dataclass(kw_only=True)
@@ -52,12 +60,18 @@ class HAPPO:
 
     Args:
         members: ``{learner name: PPOLearner}``, one per agent.
-        seed: seeds the update order (the same on every process of a data-parallel run).
+        seed: seeds the update order (the run's ``--seed``: the same on every process of a
+            data-parallel run; a stream of its own, apart from the members' generators).
     """
 
     def __init__(self, members: dict[str, PPOLearner], seed: int = 0):
+        not_ppo = [name for name, member in members.items() if not isinstance(member, PPOLearner)]
+        if not_ppo:
+            raise TypeError(f"HAPPO's members are PPO learners (advantage weights); {not_ppo} are not")
         self.members = members
-        self.generator = torch.Generator().manual_seed(seed)
+        self.generator = torch.Generator().manual_seed(
+            int(np.random.SeedSequence([seed, ORDER_STREAM]).generate_state(1)[0])
+        )
 
     def learn(self, team: TeamEpisode) -> dict[str, dict[str, float]]:
         names = list(team.episodes)

@@ -17,7 +17,9 @@ A team learner has:
   ``{learner name: {statistic: float}}`` (logged as ``<learner>/<statistic>``, as a per-agent
   learner's; another key, such as ``"team"``, is logged the same way);
 - ``state_dict()`` / ``load_state_dict(state)``: the team's own state beyond its members'
-  (its random generator, a shared critic, ...), saved under ``"team"`` in the checkpoint.
+  (its random generator, a shared critic, ...), saved under ``"team"`` in the checkpoint. In a
+  data-parallel run the main process's is saved and every process loads it: keep it the same on
+  every process (draw from generators seeded alike, average what you learn), whole (no FSDP shards).
 
 ``act`` is the members'; the trainer calls ``members[agent].act``. The role schedule is the
 environment's (:class:`~cory_env.RoleExchangeWrapper`): ``TeamEpisode.roles`` says who sat where.
@@ -49,16 +51,20 @@ class TeamEpisode:
     conversation ``b`` in every one of them); ``roles[name]`` the chain position it played
     (``"pioneer"``, ``"observer"``, ``"observer_1"``, ...); ``env`` the unwrapped environment that
     played the episode (its ``possible_agents`` are the roles in chain order; a learner that
-    replays part of the episode uses its ``reset(options={"answers": ...})`` on a copy).
+    replays part of the episode uses its ``reset(options={"answers": ...})`` on a copy);
+    ``acting()`` the context in which the members may act again (under FSDP the whole weights are
+    gathered in it, so that acting is not a collective: act only inside it).
     """
 
     episodes: dict[str, Episode]
     roles: dict[str, str]
     env: AECEnv | None = None
+    acting: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext
 
     @property
     def order(self) -> list[str]:
-        """The learners in chain order this iteration: the pioneer first."""
+        """The learners in chain order this iteration, the pioneer first (without ``env``: the
+        episodes' order, which the trainer gives in chain order)."""
         if self.env is not None:
             position = {role: k for k, role in enumerate(self.env.possible_agents)}
             return sorted(self.episodes, key=lambda name: position[self.roles[name]])

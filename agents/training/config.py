@@ -207,8 +207,8 @@ def resolve(config: TrainConfig, data_parallel: DataParallel | None = None) -> T
         )
     if config.gradient_checkpointing_observer and isinstance(LEARNERS[config.learner], TeamFactory):
         raise UsageError(
-            f"--gradient-checkpointing-observer recomputes activations while the observer learns alone; the team "
-            f"learner {config.learner!r} updates its agents together: use --gradient-checkpointing (every update)"
+            f"--gradient-checkpointing-observer recomputes activations in the observer's update; the team learner "
+            f"{config.learner!r} runs its members' updates itself: use --gradient-checkpointing (every update)"
         )
     if dp.bf16 and not config.bf16:
         config = dataclasses.replace(config, bf16=True)

@@ -184,6 +184,7 @@ class Trainer:
             episodes={name: episode for name, (episode, _) in finals.items()},
             roles={name: info["role"] for name, (_, info) in finals.items()},
             env=self.game.unwrapped,
+            acting=lambda: self.data_parallel.gathered(self.policies.values()),
         )
         stats = self.team.learn(team)
         metrics: dict[str, float] = {}

@@ -65,6 +65,11 @@ class CollectiveRewardWrapper(BaseWrapper):
         self._delivered = False
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        if options and "answers" in options:  # its rewards or seating would not fit a replay
+            raise ValueError(
+                "a replay (reset(options={'answers': ...})) is the raw environment's: call it on a copy of "
+                "env.unwrapped (copy.copy(env.unwrapped)), which also keeps the played episode"
+            )
         self._delivered = False
         self.env.reset(seed=seed, options=options)
 

@@ -105,6 +105,11 @@ class RoleExchangeWrapper(BaseWrapper):
         return self.rotation(episode) != 0
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        if options and "answers" in options:  # its rewards or seating would not fit a replay
+            raise ValueError(
+                "a replay (reset(options={'answers': ...})) is the raw environment's: call it on a copy of "
+                "env.unwrapped (copy.copy(env.unwrapped)), which also keeps the played episode"
+            )
         seating = self.seating(self.episodes)
         self._to_role = {self.possible_agents[i]: role for i, role in zip(seating, self._roles)}
         self._to_learner = {r: learner for learner, r in self._to_role.items()}

@@ -424,39 +424,63 @@ def test_numeric_infos_must_be_a_bool(make_env):
 
 @pytest.mark.parametrize("B", FORMS)
 def test_a_replay_with_given_answers_plays_only_the_later_positions(make_env, B):
-    env = make_env(B, num_agents=3)
+    templates = ["{query}", "{query} | {response}", "{query} | {response_1} | {response_2}"]
+    env = make_env(B, num_agents=3, templates=templates)
     played = play(env, random_policy(env), seed=4)
-    queries, limit = played["pioneer"][1]["query"], env.unwrapped.max_new_tokens
-    state = env.unwrapped.np_random.bit_generator.state
+    raw = env.unwrapped
+    queries, limit, state = played["pioneer"][1]["query"], raw.max_new_tokens, raw.np_random.bit_generator.state
+    pioneer = played["pioneer"][1]["response"]
     blank = "" if B is None else [""] * B
-    pioneer_answers = played["pioneer"][1]["response"]
-    env.reset(options={"answers": [pioneer_answers, blank]})
+    env.reset(options={"answers": [pioneer, blank]})
     assert env.agents == ["observer_2"] and env.agent_selection == "observer_2"
+    finals = play_on(env)
+    assert list(finals) == ["observer_2"]
+    info = finals["observer_2"]
+    assert info["query"] == queries and raw.max_new_tokens == limit
+    # Its prompt is rendered from the given answers, in order: the pioneer's kept, the observer's blank.
+    one = B is None
+    contexts, answers, queries = ([x] if one else x for x in (info["context"], pioneer, queries))
+    assert contexts == [f"{q} | {a} | " for q, a in zip(queries, answers)]
+    assert np.all(np.atleast_1d(info["reward"]) == np.atleast_1d(info["task_reward"]))
+    assert raw.np_random.bit_generator.state == state  # nothing drawn
+    raw.render_mode = "ansi"
+    assert "(given)" in raw.render()
+    # The next plain reset draws a new episode, every agent playing.
+    env.reset()
+    assert env.agents == ["pioneer", "observer_1", "observer_2"]
+
+
+def play_on(env):
+    """Play the episode ``env`` was reset to; return each agent's final info."""
     finals = {}
     for agent in env.agent_iter():
-        obs, reward, term, trunc, info = env.last()
+        _, _, term, trunc, info = env.last()
         if term or trunc:
             finals[agent] = info
             env.step(None)
         else:
             env.step(env.action_space(agent).sample())
-    assert list(finals) == ["observer_2"]
-    info = finals["observer_2"]
-    assert info["query"] == queries and env.unwrapped.max_new_tokens == limit
-    # Its prompt is rendered from the given answers: the observer's answer blank.
-    contexts = [info["context"]] if B is None else info["context"]
-    answers = [pioneer_answers] if B is None else pioneer_answers
-    queries = [queries] if B is None else queries
-    assert contexts == [render(SENTIMENT_OBSERVER, q, "") for q in queries]
-    assert np.all(np.atleast_1d(info["reward"]) == np.atleast_1d(info["task_reward"]))
-    assert env.unwrapped.np_random.bit_generator.state == state  # nothing drawn
-    assert len(answers) == len(contexts)
-    text = env.unwrapped
-    text.render_mode = "ansi"
-    assert "(given)" in text.render()
-    # The next plain reset draws a new episode, every agent playing.
-    env.reset()
-    assert env.agents == ["pioneer", "observer_1", "observer_2"]
+    return finals
+
+
+def test_a_replay_on_a_copy_leaves_the_played_episode_and_the_wrappers_refuse_replays(make_env):
+    import copy
+
+    env = make_env(2)
+    played = play(env, random_policy(env))
+    raw = env.unwrapped
+    before = (raw.last_transcript, dict(raw.responses), dict(raw.task_rewards), raw.np_random.bit_generator.state)
+    replay = copy.copy(raw)
+    replay.reset(options={"answers": [["", ""]]})
+    assert play_on(replay)["observer"]["context"] == [
+        render(SENTIMENT_OBSERVER, q, "") for q in played["pioneer"][1]["query"]
+    ]
+    after = (raw.last_transcript, dict(raw.responses), dict(raw.task_rewards), raw.np_random.bit_generator.state)
+    assert repr(after) == repr(before)
+    for wrapped in (cory_env.CollectiveRewardWrapper(make_env(2)), cory_env.RoleExchangeWrapper(make_env(2))):
+        play(wrapped, random_policy(wrapped))
+        with pytest.raises(ValueError, match=r"copy.copy\(env.unwrapped\)"):
+            wrapped.reset(options={"answers": [["", ""]]})
 
 
 def test_bad_replay_answers(make_env):
@@ -470,6 +494,7 @@ def test_bad_replay_answers(make_env):
         ("ab", r"list of the answers"),
         ([["a"]], r"must be 2 strings"),
         ([["a", 3]], r"must be 2 strings"),
+        ([3], r"must be 2 strings"),
     ]:
         with pytest.raises(ValueError, match=match):
             env.reset(options={"answers": answers})

@@ -270,6 +270,11 @@ def test_learners_are_compared_against_the_first_entry(tmp_path):
         main(toy_args(model, out, "--algos", "cory", "cory"))
     with pytest.raises(UsageError, match="LEARNER one of"):
         main(toy_args(model, out, "--algos", "cory:nope"))
+    # An entry whose settings cannot work fails before any run, not after the baseline's.
+    late = tmp_path / "late"
+    with pytest.raises(UsageError, match="team learner 'happo'"):
+        main(toy_args(model, late, "--algos", "cory", "cory:happo", "--gradient-checkpointing-observer"))
+    assert not late.exists()
 
 
 def test_help_lists_training_and_benchmark_flags(capsys):

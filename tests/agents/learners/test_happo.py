@@ -90,7 +90,8 @@ def test_advantage_weights_multiply_the_advantages(toy_model, tmp_path):
     assert twice["policy_loss"] == pytest.approx(2 * once["policy_loss"], rel=1e-5)
 
 
-def test_the_order_is_drawn_each_iteration_and_resumes(toy_model, tmp_path):
+def test_the_order_is_drawn_each_iteration_and_checkpointed(toy_model, tmp_path):
+    # The exact resume after SIGKILL: tests/agents/training/test_training.py (parametrised with happo).
     config = toy_config(toy_model, tmp_path, algo="cory", learner="happo", num_agents=3, iterations=6)
     trainer = Trainer(config, prompts=PROMPTS, reward_fn=fraction_good)
     trainer.train(progress=False)

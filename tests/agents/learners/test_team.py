@@ -62,7 +62,7 @@ def test_the_command_line_offers_the_team_learners_with_their_sections():
             cli("--learner", learner, "--help"), env=cli_env(), cwd=ROOT, capture_output=True, text=True, timeout=120
         )
         assert result.returncode == 0, result.stderr[-2000:]
-        assert section in result.stdout and "--vf-coef" in result.stdout and "--group_size" not in result.stdout
+        assert section in result.stdout and "--vf-coef" in result.stdout and "GROUP_SIZE" not in result.stdout
     refused = subprocess.run(
         cli("--learner", "happo", "--group-size", "4"), env=cli_env(), cwd=ROOT, capture_output=True, text=True
     )

@@ -354,7 +354,7 @@ def test_observer_checkpointing_needs_an_observer(toy_model, tmp_path):
             reward_fn=fraction_good,
         )
     with pytest.raises(
-        ValueError, match="team learner 'happo' updates its agents together: use --gradient-checkpointing"
+        ValueError, match="team learner 'happo' runs its members' updates itself: use --gradient-checkpointing"
     ):
         Trainer(
             toy_config(toy_model, tmp_path / "run", learner="happo", algo="cory", gradient_checkpointing_observer=True),
