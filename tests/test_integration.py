@@ -89,3 +89,31 @@ def test_ppo_at_the_default_settings_raises_the_embedded_models_sentiment(tmp_pa
     metrics = pd.read_csv(tmp_path / "metrics.csv")
     rise = reward_rise(metrics["pioneer/task_reward_mean"], metrics["pioneer/task_reward_std"], config.batch_size)
     assert rise["z"] >= 2, (rise, metrics["pioneer/task_reward_mean"].round(3).tolist())
+
+
+@pytest.mark.parametrize("learner", ["happo", "difference"])
+def test_the_team_learners_train_the_embedded_model_from_the_command_line(tmp_path, learner):
+    """cory-train --learner happo|difference end to end on the real model: two iterations, a few
+    conversations, the metrics of every learner finite, each model exported (docs/multi-agent-algorithms.md
+    trains them at the defaults)."""
+    import json
+    import subprocess
+
+    import pandas as pd
+
+    from tests.support.runs import cli, cli_env
+
+    out = tmp_path / learner
+    args = ["--learner", learner, "--iterations", "2", "--batch-size", "4", "--max-new-tokens", "6"]
+    result = subprocess.run(
+        cli(*args, "--report-to", "none", "--out", str(out)), env=cli_env(), capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = pd.read_csv(out / "metrics.csv")
+    assert metrics["iteration"].tolist() == [0, 1]
+    for name in ("llm_0", "llm_1"):
+        columns = [f"{name}/{m}" for m in ("task_reward_mean", "kl", "policy_loss", "value_loss")]
+        assert np.isfinite(metrics[columns].to_numpy()).all()
+        assert json.loads((out / "model" / name / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
+    extra = "happo_factor_mean" if learner == "happo" else "difference_reward_mean"
+    assert np.isfinite(metrics[[f"llm_0/{extra}", f"llm_1/{extra}"]].to_numpy()).all()

@@ -170,13 +170,16 @@ def write_report(out: Path, train: TrainConfig, bench: BenchmarkConfig, settings
                 }
             )
         seconds[algo] = _over_seeds(per_seed_seconds)
+    first = run_dir(out, bench.algos[0], seeds[0]) / "config.json"
+    resolved = json.loads(first.read_text()) if first.exists() else {}
     plots = []
     for metric, filename in PLOTS.items():
         labels = {algo.upper(): [run_dir(out, algo, s) for s in seeds] for algo in bench.algos}
         plots.append(plot_comparison(labels, out / filename, metrics=[metric]).name)
     plots.append(plot_kl_vs_reward(frames, out / KL_VS_REWARD_PLOT).name)
     report = {
-        "reward": train.reward,
+        "reward": resolved.get("reward", train.reward),  # as the runs resolved it (the task's, if not given)
+        "new_tokens": [resolved.get("min_new_tokens"), resolved.get("max_new_tokens")],
         "task": train.task,
         "model": train.model,
         "iterations": train.iterations,
@@ -265,7 +268,7 @@ def format_report(report: dict[str, Any]) -> str:
         "",
         f"{' vs '.join(a.upper() for a in report['algos'])}, {report['iterations']} iterations x {len(seeds)} seeds "
         f"({', '.join(map(str, seeds))}); model `{report['model']}`, batch {train['batch_size']}, "
-        f"KL coefficient {train['kl_coef']}, {train['min_new_tokens']}-{train['max_new_tokens']} new tokens.",
+        f"KL coefficient {train['kl_coef']}, {'-'.join(map(str, report.get('new_tokens') or [train['min_new_tokens'], train['max_new_tokens']]))} new tokens.",
         "Every cell: mean ± std over seeds (population std, as the bands of the plots); task reward, KL and "
         f"combined reward also [the {level} t-interval of the mean] (none with one seed). "
         f"`{MEAN_OF_LEARNERS}` rows average a run's learners before the seeds.",

@@ -85,19 +85,19 @@ def whole_state(out: Path) -> dict:
     return load_checkpoint(latest_checkpoint(out))
 
 
-def assert_states_close(a: dict, b: dict, path: str = "") -> None:
+def assert_states_close(a: dict, b: dict, path: str = "", rtol: float = 1e-4, atol: float = 1e-6) -> None:
     """Nested checkpoint states equal, tensors to float rounding (summation orders differ)."""
     if torch.is_tensor(a):
         assert torch.is_tensor(b) and a.shape == b.shape and a.dtype == b.dtype, path
         if a.is_floating_point():
-            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=lambda m: f"{path}: {m}")
+            torch.testing.assert_close(a, b, rtol=rtol, atol=atol, msg=lambda m: f"{path}: {m}")
         else:
             assert torch.equal(a, b), path
     elif isinstance(a, dict):
         assert set(a) == set(b), (path, set(a) ^ set(b))
         for k in a:
-            assert_states_close(a[k], b[k], f"{path}/{k}")
+            assert_states_close(a[k], b[k], f"{path}/{k}", rtol, atol)
     elif isinstance(a, (list, tuple)):
         assert len(a) == len(b), path
         for i, (x, y) in enumerate(zip(a, b)):
-            assert_states_close(x, y, f"{path}/{i}")
+            assert_states_close(x, y, f"{path}/{i}", rtol, atol)

@@ -13,6 +13,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
 from transformers import HfArgumentParser
@@ -113,6 +114,9 @@ def test_each_process_holds_half_of_every_learner_and_the_reference(toy_model, t
             "--algo ppo --adaptive-kl --score-scaling --gradient-accumulation-steps 2", marks=pytest.mark.slow
         ),
         pytest.param("--algo cory --learner grpo --group-size 2", marks=pytest.mark.slow),
+        # Team learners: HAPPO's order and factor, difference rewards' replays (they act inside learn).
+        pytest.param("--algo cory --learner happo --role-exchange-period 1", marks=pytest.mark.slow),
+        pytest.param("--algo cory --learner difference --role-exchange-period 1", marks=pytest.mark.slow),
     ],
 )
 def test_fsdp_run_matches_the_data_parallel_run(toy_model, tmp_path, extra):
@@ -125,9 +129,20 @@ def test_fsdp_run_matches_the_data_parallel_run(toy_model, tmp_path, extra):
     accelerate_launch(launch_args(toy_model, tmp_path / "dp", *common), MULTI_GPU_CONFIG)
     fsdp, dp = whole_state(tmp_path / "fsdp"), whole_state(tmp_path / "dp")
     learners = list(dp["learners"])
+    metrics = {run: pd.read_csv(tmp_path / run / "metrics.csv") for run in ("fsdp", "dp")}
+    later = []
+    if "happo" in extra:  # the same order; the later agent learned with the factor of the earlier one's change
+        order = [f"{n}/update_position" for n in learners]
+        assert metrics["fsdp"][order].equals(metrics["dp"][order])
+        later = [n for n in learners if metrics["dp"][f"{n}/update_position"].iloc[0] > 0]
+        factor = [f"{n}/happo_factor_mean" for n in later]
+        np.testing.assert_allclose(metrics["fsdp"][factor], metrics["dp"][factor], rtol=1e-5)
     for name in learners:
         for part in ("model", "optimizer"):
-            assert_states_close(fsdp["learners"][name][part], dp["learners"][name][part], f"{name}/{part}")
+            if name in later:  # the factor's rounding (exp of a sum over the answer) moves Adam's first step
+                close_but_for_rounding(fsdp["learners"][name][part], dp["learners"][name][part])  # on tiny gradients
+            else:
+                assert_states_close(fsdp["learners"][name][part], dp["learners"][name][part], f"{name}/{part}")
     # Whole tensors in the checkpoint, the same on both processes; training moved them.
     saved = {n: fingerprint(fsdp["learners"][n]["model"]) for n in learners}
     assert [p["weights_sha256"] for p in fsdp["processes"]] == [saved, saved]
@@ -137,12 +152,18 @@ def test_fsdp_run_matches_the_data_parallel_run(toy_model, tmp_path, extra):
         assert fingerprint(learner.state_dict()["model"]) != saved[name], "no update happened"
         learner.load_state_dict(fsdp["learners"][name])
         assert fingerprint(learner.state_dict()["model"]) == saved[name]
-    metrics = pd.read_csv(tmp_path / "fsdp" / "metrics.csv")
-    assert np.isfinite(metrics.drop(columns=["iteration"]).to_numpy(dtype=float)).all()
+    metrics = metrics["fsdp"]
+    # explained_variance is NaN when the returns are all equal (as SB3's): difference rewards give the last agent
+    # its own task reward, all 0 in this tiny first batch.
+    metrics = metrics.drop(columns=["iteration", *metrics.filter(like="explained_variance").columns])
+    assert np.isfinite(metrics.to_numpy(dtype=float)).all()
     # The exported Hugging Face models hold the whole weights too, gathered from the shards.
     for name in learners:
         exported = {run: load_file(tmp_path / run / "model" / name / "model.safetensors") for run in ("fsdp", "dp")}
-        assert_states_close(exported["fsdp"], exported["dp"], f"{name}/exported")
+        if name in later:
+            close_but_for_rounding(exported["fsdp"], exported["dp"])
+        else:
+            assert_states_close(exported["fsdp"], exported["dp"], f"{name}/exported")
 
 
 @pytest.mark.slow
@@ -159,3 +180,16 @@ def test_fsdp_resume_matches_an_uninterrupted_run(toy_model, tmp_path):
     pd.testing.assert_frame_equal(a, b, check_exact=True)
     whole, split = whole_state(tmp_path / "whole"), whole_state(tmp_path / "split")
     assert [p["weights_sha256"] for p in whole["processes"]] == [p["weights_sha256"] for p in split["processes"]]
+
+
+def close_but_for_rounding(a, b) -> None:
+    """Every tensor of two nested states within 1e-4, and at most 1% of their elements beyond float rounding."""
+    if torch.is_tensor(a):
+        if a.is_floating_point():
+            assert (a - b).abs().max() < 1e-4
+            assert (~torch.isclose(a, b, rtol=1e-4, atol=1e-6)).float().mean() < 0.01
+        return
+    for x, y in (
+        zip(a.values(), b.values()) if isinstance(a, dict) else zip(a, b) if isinstance(a, (list, tuple)) else ()
+    ):
+        close_but_for_rounding(x, y)

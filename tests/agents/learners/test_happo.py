@@ -113,3 +113,22 @@ def test_happo_raises_every_learners_reward(toy_model, tmp_path, num_agents):
     for i in range(num_agents):
         curve = metrics[f"llm_{i}/task_reward_mean"].to_numpy()
         assert curve[-3:].mean() > curve[:3].mean() + 0.1, (i, curve)
+
+
+def test_response_logprobs_are_each_answers_log_likelihood(toy_model, tmp_path):
+    config = toy_config(toy_model, tmp_path, algo="ppo")
+    trainer = Trainer(config, prompts=PROMPTS, reward_fn=fraction_good)
+    episode = played(trainer).episodes["pioneer"]
+    learner = trainer.learners["pioneer"]
+    # By hand, one conversation at a time, without its padding: sum_t log p(y_t | x, y_<t).
+    T = episode.response_width
+    for b in range(config.batch_size):
+        real = episode.attention_mask[b].bool()
+        ids = episode.input_ids[b][real].unsqueeze(0)
+        length = int(episode.attention_mask[b, -T:].sum())
+        with torch.no_grad():
+            logits = learner.model.lm(input_ids=ids).logits[0].float()
+        prompt = ids.shape[1] - length
+        logprobs = torch.log_softmax(logits[prompt - 1 : -1], dim=-1)
+        expected = logprobs.gather(1, ids[0, prompt:, None]).sum()
+        assert float(learner.response_logprobs(episode)[b]) == pytest.approx(float(expected), abs=1e-4)
