@@ -175,18 +175,22 @@ class Trainer:
                     self.game.step(self.learners[agent].act(agent, obs))
         return finals
 
-    def run_iteration(self) -> tuple[dict[str, float], list[dict[str, Any]]]:
-        start = time.perf_counter()
-        finals = self.rollout()
-        rollout_s = time.perf_counter() - start
-        tokens = sum(int(np.sum(info["response_length"])) for _, info in finals.values())
-        team = TeamEpisode(
+    def team_episode(self, finals: dict[str, tuple[Episode, dict[str, Any]]]) -> TeamEpisode:
+        """What the team learns from: :meth:`rollout`'s episodes, each learner's role, the environment
+        that played them, and the context to act again in (the gathered weights under FSDP)."""
+        return TeamEpisode(
             episodes={name: episode for name, (episode, _) in finals.items()},
             roles={name: info["role"] for name, (_, info) in finals.items()},
             env=self.game.unwrapped,
             acting=lambda: self.data_parallel.gathered(self.policies.values()),
         )
-        stats = self.team.learn(team)
+
+    def run_iteration(self) -> tuple[dict[str, float], list[dict[str, Any]]]:
+        start = time.perf_counter()
+        finals = self.rollout()
+        rollout_s = time.perf_counter() - start
+        tokens = sum(int(np.sum(info["response_length"])) for _, info in finals.values())
+        stats = self.team.learn(self.team_episode(finals))
         metrics: dict[str, float] = {}
         samples = []
         for name, (_, info) in finals.items():

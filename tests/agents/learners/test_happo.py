@@ -16,12 +16,7 @@ from tests.support.toy import fraction_good
 
 
 def played(trainer: Trainer) -> TeamEpisode:
-    finals = trainer.rollout()
-    return TeamEpisode(
-        episodes={name: episode for name, (episode, _) in finals.items()},
-        roles={name: info["role"] for name, (_, info) in finals.items()},
-        env=trainer.game.unwrapped,
-    )
+    return trainer.team_episode(trainer.rollout())
 
 
 def weights(learner) -> dict[str, torch.Tensor]:

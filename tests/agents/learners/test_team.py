@@ -13,7 +13,7 @@ import pytest
 
 from agents.learners.happo import HAPPO
 from agents.learners.ppo import PPOLearner
-from agents.learners.team import IndependentLearners, TeamEpisode, TeamLearner
+from agents.learners.team import IndependentLearners, TeamLearner
 from agents.training.checkpoint import load_checkpoint
 from agents.training.registry import LEARNERS
 from agents.training.trainer import Trainer
@@ -28,10 +28,7 @@ def test_per_agent_learners_run_as_independent_learners_in_chain_order(toy_model
     assert isinstance(trainer.team, IndependentLearners) and isinstance(trainer.team, TeamLearner)
     assert trainer.team.members is trainer.learners
     trainer.run_iteration()  # role exchange: llm_1 plays the pioneer in the second episode
-    finals = trainer.rollout()
-    team = TeamEpisode(
-        {n: ep for n, (ep, _) in finals.items()}, {n: i["role"] for n, (_, i) in finals.items()}, trainer.game.unwrapped
-    )
+    team = trainer.team_episode(trainer.rollout())
     assert team.roles == {"llm_1": "pioneer", "llm_2": "observer_1", "llm_0": "observer_2"}
     assert team.order == ["llm_1", "llm_2", "llm_0"]
     rewards = sum(team.episodes[n].task_rewards for n in team.order)
