@@ -285,23 +285,16 @@ def test_runs_are_trained_evaluated_alone_archived_and_skipped(tmp_path, monkeyp
     assert buffer.getvalue().count("archived, skipped") == 4 and "starting" not in buffer.getvalue()
 
 
-def test_the_run_order_gives_every_seed_of_the_frontiers_core_first():
+def test_the_run_order_gives_every_seed_of_the_frontiers_core_then_the_learning_rates_first():
     order = frontier.run_order({"frontier", "lr"}, [0, 1, 2])
     assert len(order) == len(set(order)) == 3 * (3 * len(frontier.KL_COEFS) + 2 * len(frontier.LEARNING_RATES))
     core = [(f"{m}-kl{v:g}", s) for s in (0, 1, 2) for v in (0.01, 0.05) for m in ("ppo", "cory")]
     assert order[:12] == core  # PPO and CORY at 0.01 and 0.05, every seed: intervals at KL 1-3 first
-    assert order[12:20] == [
-        ("ppo-kl0.1", 0),
-        ("cory-kl0.1", 0),
-        ("ppo-kl0.3", 0),
-        ("cory-kl0.3", 0),
-        ("ppo-lr0.0001", 0),
-        ("cory-lr0.0001", 0),
-        ("ppo-lr0.0003", 0),
-        ("cory-lr0.0003", 0),
-    ]
-    assert order[20] == ("ppo-kl0.1", 1) and order[36] == ("grpo-kl0.01", 0)
-    assert frontier.run_order({"lr"}, [0]) == order[16:20]
+    lr = [(f"{m}-lr{v:g}", s) for s in (0, 1, 2) for v in (1e-4, 3e-4) for m in ("ppo", "cory")]
+    assert order[12:24] == lr  # then the learning-rate claim, every seed
+    assert order[24:28] == [("ppo-kl0.1", 0), ("cory-kl0.1", 0), ("ppo-kl0.3", 0), ("cory-kl0.3", 0)]
+    assert order[28] == ("ppo-kl0.1", 1) and order[36] == ("grpo-kl0.01", 0)
+    assert frontier.run_order({"lr"}, [0]) == lr[:4]
 
 
 def test_flags_the_study_sets_are_refused(capsys):
