@@ -38,7 +38,7 @@ from agents.learners.team import IndependentLearners, TeamLearner
 from agents.speed import padding_free
 from agents.speed.cpu_linear import use_cpu_linear
 from agents.speed.host_memory import retain_freed_memory
-from agents.training.config import TrainConfig, build_task, check_group_size
+from agents.training.config import TrainConfig, build_task, check_group_size, learner_devices
 from agents.training.registry import LEARNERS, TeamFactory
 from cory_env import CollectiveRewardWrapper, RoleExchangeWrapper, env
 from cory_env.errors import UsageError
@@ -99,7 +99,7 @@ def assemble(
     if dp.is_distributed:  # after the initial weights, each process draws its own data
         seed_everything(dp.seed(config.seed))
     group_size = int(getattr(learners[names[0]], "group_size", 1))
-    check_group_size(config.batch_size, group_size, config.learner)
+    check_group_size(config.batch_size, group_size, config.learner)  # resolve knows only the registered configs
     if group_size > 1:  # each prompt group_size times in a row: groups of responses to compare
         prompts = repeat_each(prompts, group_size)
     game = env(
@@ -203,38 +203,16 @@ def observer_recomputation(
 def select_devices(
     config: TrainConfig, names: list[str], dp: DataParallel
 ) -> tuple[torch.device, dict[str, torch.device]]:
-    """The main device (models are loaded there; the reward model runs there) and each learner's."""
+    """The main device (models are loaded there; the reward model runs there) and each learner's
+    (:func:`~agents.training.config.resolve` checked the flags against each other and the launcher)."""
     if dp.is_distributed:
-        if config.learner_devices:
-            raise UsageError(
-                "--learner-devices is for a single process; under accelerate launch each process uses its own "
-                "device (drop --learner-devices, or run without accelerate launch)"
-            )
-        if config.device != "auto" and torch.device(config.device).type != dp.device.type:
-            raise UsageError(
-                f"--device {config.device} conflicts with the launcher's device {dp.device}: drop --device "
-                f"(CUDA_VISIBLE_DEVICES= runs the processes on CPUs)"
-            )
         return dp.device, dict.fromkeys(names, dp.device)
     if not config.learner_devices:
         device = resolve_device(config.device)
         return device, dict.fromkeys(names, device)
-    specs = [s.strip() for s in config.learner_devices.split(",") if s.strip()]
-    if len(specs) != len(names):
-        raise UsageError(
-            f"--learner-devices lists {len(specs)} device(s) for {len(names)} learner(s) ({', '.join(names)}): "
-            f"give one per learner, e.g. --learner-devices {','.join(f'cuda:{i}' for i in range(len(names)))}"
-        )
-    try:
-        devices = [torch.device(s) for s in specs]
-    except RuntimeError as exc:
-        raise UsageError(f"--learner-devices {config.learner_devices!r}: {exc}") from exc
+    devices = learner_devices(config)
     for d in devices:
         _check_available(d, "--learner-devices")
-    if config.lora and len(set(devices)) > 1:
-        raise UsageError("--learner-devices with different devices needs full fine-tuning: --lora shares one base")
-    if config.device != "auto":
-        raise UsageError("give either --device or --learner-devices, not both")
     return devices[0], dict(zip(names, devices))
 
 
@@ -307,8 +285,8 @@ def _build_models_of(
     """The references and trainable LMs of the learners ``names``, which all fine-tune ``model``."""
     kwargs: dict[str, Any] = {}
     if config.load_in_4bit:
-        if not config.lora or device.type != "cuda":
-            raise UsageError("--load-in-4bit needs --lora and a CUDA device (bitsandbytes 4-bit weights are frozen)")
+        if device.type != "cuda":
+            raise UsageError(f"--load-in-4bit needs a CUDA device (bitsandbytes), not {device}")
         from transformers import BitsAndBytesConfig
 
         kwargs["quantization_config"] = BitsAndBytesConfig(

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+import torch
+
 from agents.distributed.data_parallel import DataParallel
 from agents.learners.grpo import GRPOConfig
 from agents.learners.lm import LMLearnerConfig, default_mini_batch_size
@@ -177,8 +179,9 @@ def resolve(config: TrainConfig, data_parallel: DataParallel | None = None) -> T
     the minibatch size and the chain's length where they were left to follow, the batch's shape
     (:meth:`TrainConfig.check_batch`), the trackers (an unknown or uninstalled one fails now; the
     config keeps what it resolved to), then the checks against the launcher (``data_parallel``: FSDP
-    and DeepSpeed ZeRO train full weights; accelerate's bf16 turns ``bf16`` on). Bad settings fail
-    here, before a model is loaded. Resolving a resolved config changes nothing.
+    and DeepSpeed ZeRO train full weights) and of the devices (:func:`check_devices`); accelerate's
+    bf16 turns ``bf16`` on. Bad settings fail here, before a model is loaded. Resolving a resolved
+    config changes nothing.
     """
     dp = data_parallel or DataParallel()
     config = with_task_defaults(apply_preset(config), get_task(config.task))
@@ -210,9 +213,50 @@ def resolve(config: TrainConfig, data_parallel: DataParallel | None = None) -> T
             f"--gradient-checkpointing-observer recomputes activations in the observer's update; the team learner "
             f"{config.learner!r} runs its members' updates itself: use --gradient-checkpointing (every update)"
         )
+    check_devices(config, dp)
+    if config.load_in_4bit and not config.lora:
+        raise UsageError("--load-in-4bit needs --lora: bitsandbytes 4-bit weights are frozen, so only adapters train")
     if dp.bf16 and not config.bf16:
         config = dataclasses.replace(config, bf16=True)
     return config
+
+
+def learner_devices(config: TrainConfig) -> list[torch.device]:
+    """``--learner-devices``, parsed: one device per learner (empty when not given)."""
+    specs = [s.strip() for s in config.learner_devices.split(",") if s.strip()]
+    try:
+        return [torch.device(s) for s in specs]
+    except RuntimeError as exc:
+        raise UsageError(f"--learner-devices {config.learner_devices!r}: {exc}") from exc
+
+
+def check_devices(config: TrainConfig, dp: DataParallel) -> None:
+    """``--device`` and ``--learner-devices`` against each other, the learners and the launcher. Whether a
+    device exists on this machine is checked where it is used (:func:`agents.training.build.select_devices`)."""
+    if dp.is_distributed:
+        if config.learner_devices:
+            raise UsageError(
+                "--learner-devices is for a single process; under accelerate launch each process uses its own "
+                "device (drop --learner-devices, or run without accelerate launch)"
+            )
+        if config.device != "auto" and torch.device(config.device).type != dp.device.type:
+            raise UsageError(
+                f"--device {config.device} conflicts with the launcher's device {dp.device}: drop --device "
+                f"(CUDA_VISIBLE_DEVICES= runs the processes on CPUs)"
+            )
+        return
+    if not config.learner_devices:
+        return
+    names, devices = config.learner_names(), learner_devices(config)
+    if len(devices) != len(names):
+        raise UsageError(
+            f"--learner-devices lists {len(devices)} device(s) for {len(names)} learner(s) ({', '.join(names)}): "
+            f"give one per learner, e.g. --learner-devices {','.join(f'cuda:{i}' for i in range(len(names)))}"
+        )
+    if config.lora and len(set(devices)) > 1:
+        raise UsageError("--learner-devices with different devices needs full fine-tuning: --lora shares one base")
+    if config.device != "auto":
+        raise UsageError("give either --device or --learner-devices, not both")
 
 
 #: The paper's IMDB settings (tables 1-2); explicit flags still win.

@@ -615,6 +615,40 @@ def test_resolve_fills_in_every_derived_setting_once_and_checks_them_before_a_mo
 @pytest.mark.parametrize(
     ("change", "message"),
     [
+        (dict(learner_devices="cpu"), "1 device.*for 2 learner"),
+        (dict(learner_devices="cpu,gpu7"), "--learner-devices 'cpu,gpu7'"),
+        (dict(learner_devices="cpu,cpu", device="cpu"), "either --device or --learner-devices"),
+        (dict(learner_devices="cuda:0,cuda:1", lora=True), "different devices needs full fine-tuning"),
+        (dict(load_in_4bit=True), "--load-in-4bit needs --lora"),
+    ],
+)
+def test_resolve_refuses_settings_that_contradict_each_other_before_a_device_is_touched(change, message):
+    """The device flags are checked against each other and the learners by resolve, on a machine without
+    the devices they name: what a device is checked for where it is used is only that it exists."""
+    from agents.training.config import resolve
+
+    with pytest.raises(ValueError, match=message):
+        resolve(TrainConfig(report_to="none", **change))
+
+
+def test_resolve_refuses_device_flags_that_contradict_the_launcher():
+    from agents.distributed.data_parallel import DataParallel
+    from agents.training.config import resolve
+
+    # What a process of a 2-process CPU launch holds (a process group needs the other process).
+    dp = DataParallel()
+    dp.num_processes, dp.device = 2, torch.device("cpu")
+    assert dp.is_distributed
+    assert resolve(TrainConfig(report_to="none", device="cpu"), dp).device == "cpu"
+    with pytest.raises(ValueError, match="--learner-devices is for a single process"):
+        resolve(TrainConfig(report_to="none", learner_devices="cpu,cpu"), dp)
+    with pytest.raises(ValueError, match="--device cuda conflicts with the launcher's device cpu"):
+        resolve(TrainConfig(report_to="none", device="cuda"), dp)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
         (dict(algo="a2c"), "algo must be one of"),
         (dict(learner="dqn"), "learner must be one of"),
         (dict(batch_size=0), "--batch-size must be at least 1"),
