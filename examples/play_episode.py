@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line (also rendered in docs/cli.md)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=EMBEDDED_MODEL, help="model name or path (default: the embedded SmolLM2-135M)")
-    p.add_argument("--source", default="rotten_tomatoes", help="review source: rotten_tomatoes, imdb or auto")
+    p.add_argument("--prompt-source", default="rotten_tomatoes", help="review source: rotten_tomatoes, imdb or auto")
     p.add_argument("--conversations", type=int, default=4, help="conversations played in lockstep (batch size)")
     p.add_argument("--max-new-tokens", type=int, default=15, help="tokens per response at most")
     p.add_argument("--greedy", action="store_true", help="greedy decoding instead of sampling")
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
         CollectiveRewardWrapper(
             env(
                 tokenizer=tokenizer,
-                prompts=sentiment_prompts(tokenizer, source=args.source),
+                prompts=sentiment_prompts(tokenizer, source=args.prompt_source),
                 reward_fn=vader_sentiment,
                 num_conversations=args.conversations,
                 max_new_tokens=args.max_new_tokens,

@@ -57,18 +57,29 @@ RETIRED_FLAGS = {
 }
 
 
+#: cory-eval's flags that 0.3 renamed to cory-train's name for the same setting.
+RETIRED_EVAL_FLAGS = {"--source": "--prompt-source (the same values: auto, imdb, rotten_tomatoes)"}
+
+
 class _Retired(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
-        flag = "--" + option_string.lstrip("-").replace("_", "-")
-        parser.error(f"{option_string} was retired in cory-env 0.2: use {RETIRED_FLAGS[flag]}")
+        parser.error(f"{option_string} {self.const}")  # const: "was retired in ...: use ..."
 
 
-def refuse_retired_flags(parser: Parser) -> Parser:
-    """Make ``parser`` refuse each of :data:`RETIRED_FLAGS` with a usage error that names its
-    replacement (instead of argparse's "unrecognized arguments"); they stay out of ``--help``."""
-    for flag in RETIRED_FLAGS:
+def refuse_retired_flags(parser: Parser, retired: dict[str, str] = RETIRED_FLAGS, version: str = "0.2") -> Parser:
+    """Make ``parser`` refuse each flag of ``retired`` (:data:`RETIRED_FLAGS`, which cory-env ``version``
+    retired) with a usage error that names its replacement (instead of argparse's "unrecognized
+    arguments"); they stay out of ``--help``."""
+    for flag, replacement in retired.items():
         names = dict.fromkeys([flag, "--" + flag[2:].replace("-", "_")])  # as HfArgumentParser's, both spellings
-        parser.add_argument(*names, nargs="?", action=_Retired, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        parser.add_argument(
+            *names,
+            nargs="?",
+            const=f"was retired in cory-env {version}: use {replacement}",
+            action=_Retired,
+            default=argparse.SUPPRESS,
+            help=argparse.SUPPRESS,
+        )
     return parser
 
 

@@ -20,14 +20,13 @@ import argparse
 
 from transformers import HfArgumentParser
 
-from agents.cli.errors import add_debug_flag, one_line_errors
+from agents.cli.errors import RETIRED_EVAL_FLAGS, add_debug_flag, one_line_errors, refuse_retired_flags
 from agents.evaluation.held_out import EvalConfig, evaluate, format_result
 
 
 def build_parser() -> HfArgumentParser:
-    return add_debug_flag(
-        HfArgumentParser(EvalConfig, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    )
+    parser = HfArgumentParser(EvalConfig, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    return add_debug_flag(refuse_retired_flags(parser, RETIRED_EVAL_FLAGS, version="0.3"))
 
 
 @one_line_errors

@@ -96,7 +96,7 @@ class EvalConfig:
     learner: str = flag("", "learners to evaluate, comma separated (CORY: llm_0,llm_1; PPO: pioneer); default: all")
     task: str = flag("", "task; default: the run's (sentiment for --model)")
     reward: str = flag("", "reward name or package.module:function; default: the run's (the task's for --model)")
-    source: str = flag("", "prompt data (sentiment: auto, imdb, rotten_tomatoes); default: the run's")
+    prompt_source: str = flag("", "prompt data (sentiment: auto, imdb, rotten_tomatoes); default: the run's")
     split: str = flag("test", "held-out split of the task's prompts")
     num_prompts: int = flag(64, "distinct held-out prompts")
     samples_per_prompt: int = flag(1, "answers sampled per prompt (k of pass@k)")
@@ -370,7 +370,7 @@ def evaluate(config: EvalConfig, *, progress: bool = True, write: bool = True) -
     tokenizer = trainer.game.unwrapped.tokenizer  # the first learner's: it selects the prompts
     if task != run.task:  # another task than the run was trained on: that task's own prompts and template
         run = dataclasses.replace(run, task=task, task_file="", pioneer_template="", prompt_source="auto")
-    source = config.source or run.prompt_source
+    source = config.prompt_source or run.prompt_source
     prompt_source, pioneer_template = task_prompts(run, tokenizer, split=config.split, seed=config.seed, source=source)
     prompts = held_out_prompts(prompt_source, config.num_prompts, config.seed)
     threshold = config.pass_threshold if config.pass_threshold is not None else (1.0 if task == "gsm8k" else None)

@@ -394,3 +394,17 @@ def test_a_retired_flag_is_refused_naming_its_replacement(argv, replacement, cap
         assert exit.value.code == 2
         assert f"{argv[0].split('=')[0]} was retired in cory-env 0.2: {replacement}" in capsys.readouterr().err
     assert "--review-source" not in build_parser().format_help()
+
+
+@pytest.mark.parametrize("argv", [["--source", "imdb"], ["--source=imdb"]])
+def test_cory_eval_names_the_prompt_source_as_cory_train_does(argv, capsys):
+    from agents.cli.evaluate import build_parser
+
+    parser = build_parser()
+    with pytest.raises(SystemExit) as exit:
+        parser.parse_args_into_dataclasses(args=["--model", "m", *argv])
+    assert exit.value.code == 2
+    assert "--source was retired in cory-env 0.3: use --prompt-source" in capsys.readouterr().err
+    (config,) = parser.parse_args_into_dataclasses(args=["--model", "m", "--prompt-source", "imdb"])
+    assert config.prompt_source == "imdb"
+    assert "--source " not in parser.format_help()
