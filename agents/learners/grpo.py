@@ -34,7 +34,6 @@ group normalisation already makes the advantages scale-free (``grpo``).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -47,7 +46,7 @@ from agents.algorithms.advantages import GROUP_BASELINES, group_advantages, mask
 from agents.algorithms.kl import kl_per_token
 from agents.algorithms.losses import policy_loss
 from agents.distributed.data_parallel import DataParallel
-from agents.learners.base import Episode, reward_metrics
+from agents.learners.base import Episode
 from agents.learners.lm import LMLearner, LMLearnerConfig, flag, response_logits
 from cory_env.errors import UsageError
 
@@ -212,20 +211,6 @@ class GRPOLearner(LMLearner):
         stats = self._update(minibatches(), minibatch_loss)
 
         groups = rewards.view(-1, c.group_size)
-        dp = self.data_parallel
-        means = dp.mean(
-            {
-                "kl": float(s["kl_exact"].sum(-1).mean()),  # the paper's KL, whatever the penalty's estimator
-                "kl_penalty": float(s["kl"].sum(-1).mean()),
-                "response_length": float(mask.sum(-1).mean()),
-                "advantage_abs_mean": float(advantages.abs().mean()),
-                "frac_groups_zero_std": float((groups.amax(1) == groups.amin(1)).float().mean()),
-                **stats,
-                **self._grad_norm_stats(),
-            }
-        )
-        kl_sum = means.pop("kl")
-        self.kl_ctl.update(means.pop("kl_penalty"), B * dp.num_processes)
-        if dp.is_distributed:  # the reward metrics over every process's conversations
-            ep = dataclasses.replace(ep, scores=dp.gather(ep.scores), task_rewards=dp.gather(ep.task_rewards))
-        return {**reward_metrics(ep, kl_sum, kl_coef), **means}
+        zero_std = float((groups.amax(1) == groups.amin(1)).float().mean())
+        extra = {"advantage_abs_mean": float(advantages.abs().mean()), "frac_groups_zero_std": zero_std}
+        return self._statistics(ep, s, mask, kl_coef, {**extra, **stats})

@@ -22,6 +22,7 @@ A subclass passes its policy module and the causal LM inside it that acts, and i
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
@@ -35,7 +36,7 @@ from agents.acting.actor import LMActor, generate_positions
 from agents.algorithms.kl import ESTIMATORS, AdaptiveKLController, FixedKLController, kl_per_token
 from agents.distributed.data_parallel import DataParallel
 from agents.distributed.optimizer_step import optimizer_steps
-from agents.learners.base import Episode
+from agents.learners.base import Episode, reward_metrics
 from cory_env.errors import UsageError
 
 
@@ -302,6 +303,29 @@ class LMLearner:
     def _optimizer_step(self) -> None:
         """Average the gradients over processes, clip them, step, zero them (:mod:`agents.distributed.optimizer_step`)."""
         self.steps.step()
+
+    def _statistics(
+        self, ep: Episode, scored: dict[str, torch.Tensor], mask: torch.Tensor, kl_coef: float, stats: dict[str, float]
+    ) -> dict[str, float]:
+        """The end of every update: the statistics (the paper's KL: per-token KL summed over the response,
+        batch mean; the response length; ``stats``; the gradient norm) averaged over the processes, the KL
+        controller adapted to the KL just measured (``scored["kl"]``, the penalty's estimator), and the
+        reward metrics (:func:`~agents.learners.base.reward_metrics`) over every process's conversations."""
+        dp = self.data_parallel
+        means = dp.mean(
+            {
+                "kl": float(scored["kl_exact"].sum(-1).mean()),
+                "kl_penalty": float(scored["kl"].sum(-1).mean()),
+                "response_length": float(mask.sum(-1).mean()),
+                **stats,
+                **self._grad_norm_stats(),
+            }
+        )
+        kl_sum = means.pop("kl")
+        self.kl_ctl.update(means.pop("kl_penalty"), mask.shape[0] * dp.num_processes)
+        if dp.is_distributed:
+            ep = dataclasses.replace(ep, scores=dp.gather(ep.scores), task_rewards=dp.gather(ep.task_rewards))
+        return {**reward_metrics(ep, kl_sum, kl_coef), **means}
 
     def _grad_norm_stats(self) -> dict[str, float]:
         """``grad_norm``: the mean over this update's optimizer steps of the gradient norm before

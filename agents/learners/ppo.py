@@ -230,31 +230,9 @@ class PPOLearner(LMLearner):
 
         stats = self._update(self.passes.minibatches(self, ids, attn, T), minibatch_loss)
 
-        # 5. The KL controller adapts to the KL just measured; the statistics (the paper's KL: per-token KL
-        #    summed over the response, batch mean, over all processes).
-        means = self.data_parallel.mean(
-            {
-                "kl": float(s["kl_exact"].sum(-1).mean()),
-                "kl_penalty": float(s["kl"].sum(-1).mean()),
-                "response_length": float(mask.sum(-1).mean()),
-                "explained_variance": float(explained_variance(s["values"], returns, mask)),  # of the values acted on
-                **stats,
-                **self._grad_norm_stats(),
-            }
-        )
-        kl_sum = means.pop("kl")
-        self.kl_ctl.update(means.pop("kl_penalty"), B * self.data_parallel.num_processes)
-        task = self.data_parallel.gather(ep.task_rewards)
-        return {
-            "task_reward_mean": float(task.mean()),
-            "task_reward_std": float(task.std()),
-            "reward_mean": float(self.data_parallel.gather(ep.scores).mean()),
-            "kl": kl_sum,
-            "combined_reward": float(task.mean()) - kl_coef * kl_sum,
-            "kl_coef": kl_coef,
-            "response_length": means.pop("response_length"),
-            **means,
-        }
+        # 5. The KL controller adapts to the KL just measured; the statistics, over all processes.
+        explained = float(explained_variance(s["values"], returns, mask))  # of the values acted on
+        return self._statistics(ep, s, mask, kl_coef, {"explained_variance": explained, **stats})
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
