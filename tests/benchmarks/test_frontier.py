@@ -16,7 +16,6 @@ import pytest
 
 from benchmarks import frontier
 from tests.support import ROOT
-from tests.support.toy import save_tiny_llama, toy_tokenizer
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -227,9 +226,9 @@ def test_the_reproduction_studys_own_verdicts_from_its_tracked_runs():
 # ------------------------------------------------------------------------- the real pipeline, toy scale
 
 
-def test_runs_are_trained_evaluated_alone_archived_and_skipped(tmp_path, monkeypatch):
+def test_runs_are_trained_evaluated_alone_archived_and_skipped(tmp_path, toy_model, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the runs import tests.support.toy
-    model = save_tiny_llama(tmp_path / "toy_llama", toy_tokenizer())
+    model = toy_model
     report, root = tmp_path / "report", tmp_path / "runs"
     flags = [
         "--model",

@@ -8,13 +8,12 @@ import json
 import pandas as pd
 
 from benchmarks import multi_agent
-from tests.support.toy import save_tiny_llama, toy_tokenizer
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def test_the_study_runs_archives_and_writes_its_page(tmp_path):
-    model = save_tiny_llama(tmp_path / "toy", toy_tokenizer())
+def test_the_study_runs_archives_and_writes_its_page(tmp_path, toy_model):
+    model = toy_model
     root, archive, page = tmp_path / "runs", tmp_path / "archive", tmp_path / "page.md"
     page.write_text(f"# Page\n\n{multi_agent.MARKERS[0]}\nnothing yet\n{multi_agent.MARKERS[1]}\n\nafter\n")
     toy = ["--model", str(model), "--reward", "tests.support.toy:fraction_good", "--prompt-source", "rotten_tomatoes"]

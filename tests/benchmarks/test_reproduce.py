@@ -13,7 +13,6 @@ import pytest
 
 from benchmarks import reproduce
 from tests.support import ROOT
-from tests.support.toy import save_tiny_llama, toy_tokenizer
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 CONFIGS = ("ppo", "cory", "cory-no-kt", "cory-no-rex")
@@ -56,12 +55,12 @@ def verdict_lines(md: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory):
+def study(tmp_path_factory, toy_model):
     """PPO seed 0 for 3 iterations; the report of that incomplete study; the whole study (2 seeds x 6
     iterations, PPO seed 0 resumed); the same command again."""
     mp = pytest.MonkeyPatch()
     mp.setenv("PYTHONPATH", str(ROOT))  # the runs import tests.support.toy
-    model = save_tiny_llama(tmp_path_factory.mktemp("toy_llama"), toy_tokenizer())
+    model = toy_model
     root, reports = tmp_path_factory.mktemp("runs"), tmp_path_factory.mktemp("reports")
     args = ["--root", str(root), "--final-window", "2"]
     out = {}

@@ -18,7 +18,6 @@ from agents.training.config import TrainConfig
 from agents.training.plots import plot_kl_vs_reward
 from cory_env.errors import UsageError
 from tests.support import ROOT
-from tests.support.toy import save_tiny_llama, toy_tokenizer
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 RUNS = ("ppo/seed0", "cory/seed0", "ppo/seed1", "cory/seed1")
@@ -67,9 +66,9 @@ def mtimes(out: Path) -> dict[str, int]:
 
 
 @pytest.fixture(scope="module")
-def benchmark(tmp_path_factory):
+def benchmark(tmp_path_factory, toy_model):
     """A half-finished benchmark (1 seed, 1 iteration), extended to 2 seeds x 2 iterations, then rerun."""
-    model = save_tiny_llama(tmp_path_factory.mktemp("toy_llama"), toy_tokenizer())
+    model = toy_model
     out = tmp_path_factory.mktemp("bench")
     main(toy_args(model, out, "--seeds", "1", "--iterations", "1"))
     first = {run: pd.read_csv(out / run / "metrics.csv") for run in RUNS[:2]}
@@ -242,8 +241,8 @@ def test_bad_flags_are_explained(tmp_path):
         main(["--algos", "ppo", "grpo", "--out", str(tmp_path / "c")])
 
 
-def test_learners_are_compared_against_the_first_entry(tmp_path):
-    model = save_tiny_llama(tmp_path / "toy", toy_tokenizer())
+def test_learners_are_compared_against_the_first_entry(tmp_path, toy_model):
+    model = toy_model
     out = tmp_path / "marl"
     arms = ["cory", "cory:happo", "cory:difference"]
     main(toy_args(model, out, "--seeds", "2", "--iterations", "2", "--algos", *arms))

@@ -15,7 +15,6 @@ import pytest
 
 from tests.support import ROOT
 from tests.support.runs import toy_config
-from tests.support.toy import save_tiny_llama, toy_tokenizer
 
 PAGES = 256 * 2**20 // 4096  # in the block the probe fills
 
@@ -58,8 +57,8 @@ def test_freed_block_is_reused_without_page_faults():
 
 
 @pytest.mark.parametrize("retain", [True, False])
-def test_a_cpu_trainer_retains_freed_memory_unless_told_not_to(tmp_path, retain):
-    model = save_tiny_llama(tmp_path / "model", toy_tokenizer())
+def test_a_cpu_trainer_retains_freed_memory_unless_told_not_to(tmp_path, toy_model, retain):
+    model = toy_model
     config = toy_config(
         model, tmp_path / "run", iterations=1, batch_size=4, mini_batch_size=4, device="cpu", retain_freed_memory=retain
     )
