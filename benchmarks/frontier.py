@@ -850,8 +850,14 @@ def claims_table(runs: Sequence[Run], base_distinct_2: float, reproduction: dict
     """The table docs/reproduction.md opens with: claim | the paper's evidence | ours | verdict."""
     rows = []
     frontier = frontier_tests(group(runs, "frontier"))
-    ours = "; ".join(f"KL {b:g}: {measured(t['cory'][0])}" for b, t in frontier.items())
-    said = "; ".join(f"KL {b:g}: {t['cory'][1]}" for b, t in frontier.items()) or INCONCLUSIVE
+    compared = {b: t["cory"] for b, t in frontier.items() if math.isfinite(t["cory"][0]["difference"])}
+    ours = "; ".join(f"KL {b:g}: {difference(test)}" for b, (test, _, _) in compared.items())
+    said = "; ".join(f"KL {b:g}: {verdict}" for b, (_, verdict, _) in compared.items())
+    if beyond := [b for b in frontier if b not in compared]:  # budgets fewer than 2 seeds of a method reached
+        kls = ", ".join(f"{b:g}" for b in beyond)
+        ours += f"; KL {kls}: fewer than 2 seeds of a method reached it"
+        said += f"; KL {kls}: {INCONCLUSIVE}"
+    ours, said = ours.strip("; ") or "not run yet", said.strip("; ") or INCONCLUSIVE
     rows.append([*PAPER["frontier"], f"CORY - PPO task reward at matched KL: {ours}", said])
     lr = lr_verdicts(group(runs, "lr"), base_distinct_2)
     ours = "; ".join(

@@ -207,6 +207,10 @@ def test_the_page_gets_the_claims_table_and_the_report_between_its_markers(synth
     body = text[text.index(report_start) : text.index(report_end)]
     assert "\n### Rules (fixed before the runs)\n" in body and "\n#### Verdicts at matched KL\n" in body
     assert "frontier.png)" in body and "](frontier.png)" not in body  # the figure's path from the page
+    # With one seed of CORY no budget has a comparison: said once for all of them, each inconclusive.
+    runs = [r for r in frontier.load_runs(report, ITERATIONS) if r.method != "cory" or r.seed == 0]
+    (row, *_) = frontier.claims_table(runs, 0.9, {})[0].splitlines()[2:]
+    assert "matched KL: KL 1, 2, 3: fewer than 2 seeds of a method reached it | KL 1, 2, 3: inconclusive |" in row
     (tmp_path / "bare.md").write_text("no markers")
     with pytest.raises(SystemExit, match="lacks the markers"):
         frontier.update_page(tmp_path / "bare.md", ["x"], ["y"], report)
