@@ -333,7 +333,7 @@ def test_kl_to_reference_is_the_summed_kl_of_each_answer(trained):
 
 
 def test_a_model_evaluated_as_it_is_has_no_kl(toy_model, tmp_path):
-    config = small(model=str(toy_model), reward=REWARD, source="rotten_tomatoes", out=str(tmp_path / "m.json"))
+    config = small(model=str(toy_model), reward=REWARD, prompt_source="rotten_tomatoes", out=str(tmp_path / "m.json"))
     result = evaluate(config, progress=False)
     (metrics,) = result["learners"].values()
     assert abs(metrics["kl"]) < 1e-6 and metrics["combined_reward"] == pytest.approx(metrics["task_reward_mean"])
