@@ -57,8 +57,12 @@ RETIRED_FLAGS = {
 }
 
 
-#: cory-eval's flags that 0.3 renamed to cory-train's name for the same setting.
-RETIRED_EVAL_FLAGS = {"--source": "--prompt-source (the same values: auto, imdb, rotten_tomatoes)"}
+#: cory-eval's flags that 0.3 renamed: to cory-train's name for the same setting, or away from the name
+#: cory-train gives another setting.
+RETIRED_EVAL_FLAGS = {
+    "--source": "--prompt-source (the same values: auto, imdb, rotten_tomatoes)",
+    "--learner": "--learners (the learners to evaluate, e.g. llm_0; cory-train's --learner is the algorithm)",
+}
 
 
 class _Retired(argparse.Action):

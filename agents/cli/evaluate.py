@@ -5,7 +5,7 @@ mean task reward, KL to the reference, combined reward, distinct-1/2 and repetit
 (signs of distribution collapse), and pass@1 / pass@k where answers are right or wrong (gsm8k).
 
     cory-eval --checkpoint runs/cory                        # every learner of a run
-    cory-eval --checkpoint runs/cory --learner llm_0 --samples-per-prompt 4
+    cory-eval --checkpoint runs/cory --learners llm_0 --samples-per-prompt 4
     cory-eval --model smollm2-135m --num-prompts 32         # the model before training
     cory-eval --model runs/cory/model/llm_0                 # an exported policy (KL not known: 0)
     cory-eval --checkpoint runs/gsm8k --samples-per-prompt 8 --out gsm8k_eval.json

@@ -93,7 +93,7 @@ class EvalConfig:
         False, "also load an old pickle checkpoint (iter_NNNNNN.pt): only your own files, a pickle can run code"
     )
     model: str = flag("", "instead of --checkpoint: a model name or path, evaluated as it is (its KL is 0)")
-    learner: str = flag("", "learners to evaluate, comma separated (CORY: llm_0,llm_1; PPO: pioneer); default: all")
+    learners: str = flag("", "learners to evaluate, comma separated (CORY: llm_0,llm_1; PPO: pioneer); default: all")
     task: str = flag("", "task; default: the run's (sentiment for --model)")
     reward: str = flag("", "reward name or package.module:function; default: the run's (the task's for --model)")
     prompt_source: str = flag("", "prompt data (sentiment: auto, imdb, rotten_tomatoes); default: the run's")
@@ -366,7 +366,7 @@ def evaluate(config: EvalConfig, *, progress: bool = True, write: bool = True) -
         reward_name, reward_fn = load_reward(config.reward, task, device, config.reward_timeout)
         trainer = policy_from_model(config.model, reward_fn=reward_fn, device=config.device)
         out = Path(config.out or "evaluation.json")
-    learners = _chosen_learners(trainer.learners, config.learner)
+    learners = _chosen_learners(trainer.learners, config.learners)
     tokenizer = trainer.game.unwrapped.tokenizer  # the first learner's: it selects the prompts
     if task != run.task:  # another task than the run was trained on: that task's own prompts and template
         run = dataclasses.replace(run, task=task, task_file="", pioneer_template="", prompt_source="auto")
@@ -414,5 +414,5 @@ def _chosen_learners(learners: dict[str, PPOLearner], spec: str) -> dict[str, PP
     names = [n.strip() for n in spec.split(",") if n.strip()]
     unknown = [n for n in names if n not in learners]
     if unknown:
-        raise UsageError(f"--learner {', '.join(unknown)}: this policy's learners are {', '.join(learners)}")
+        raise UsageError(f"--learners {', '.join(unknown)}: this policy's learners are {', '.join(learners)}")
     return {n: learners[n] for n in names}

@@ -408,3 +408,6 @@ def test_cory_eval_names_the_prompt_source_as_cory_train_does(argv, capsys):
     (config,) = parser.parse_args_into_dataclasses(args=["--model", "m", "--prompt-source", "imdb"])
     assert config.prompt_source == "imdb"
     assert "--source " not in parser.format_help()
+    with pytest.raises(SystemExit):  # cory-train's --learner is the algorithm: cory-eval's list is --learners
+        parser.parse_args_into_dataclasses(args=["--model", "m", "--learner", "llm_0"])
+    assert "--learner was retired in cory-env 0.3: use --learners" in capsys.readouterr().err

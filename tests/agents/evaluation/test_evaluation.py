@@ -198,7 +198,7 @@ def test_evaluate_a_checkpoint(trained):
     table = format_result(result)
     assert "llm_0" in table and "distinct-2" in table and "pass@2" in table
     only = evaluate(
-        small(checkpoint=str(out / "checkpoints"), learner="llm_1", out=str(out / "one.json")), progress=False
+        small(checkpoint=str(out / "checkpoints"), learners="llm_1", out=str(out / "one.json")), progress=False
     )
     assert only["learners"].keys() == {"llm_1"}
     assert "pass@1" not in only["learners"]["llm_1"]  # sentiment: no pass@k unless a threshold is given
@@ -351,7 +351,7 @@ def test_bad_input_is_explained(trained, tmp_path):
     with pytest.raises(FileNotFoundError, match="no checkpoint at .*--model"):
         evaluate(small(checkpoint=str(tmp_path)), progress=False)
     with pytest.raises(ValueError, match="learners are llm_0, llm_1"):
-        evaluate(small(checkpoint=str(out), learner="pioneer"), progress=False, write=False)
+        evaluate(small(checkpoint=str(out), learners="pioneer"), progress=False, write=False)
     with pytest.raises(ValueError, match="unknown task 'poetry'|poetry"):
         evaluate(small(checkpoint=str(out), task="poetry"), progress=False, write=False)
 
