@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from agents.acting.actor import LMActor
-from agents.cli.errors import add_debug_flag, one_line_errors
+from agents.cli.errors import RETIRED_EVAL_FLAGS, add_debug_flag, one_line_errors, refuse_retired_flags
 from cory_env import CollectiveRewardWrapper, RoleExchangeWrapper, env
 from cory_env.models import EMBEDDED_MODEL, load_causal_lm, load_tokenizer
 from cory_env.rewards.sentiment import vader_sentiment
@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--greedy", action="store_true", help="greedy decoding instead of sampling")
     p.add_argument("--no-knowledge-transfer", action="store_true", help="the observer sees only the query")
     p.add_argument("--seed", type=int, default=0, help="seed for prompts and sampling")
-    return add_debug_flag(p)
+    return add_debug_flag(refuse_retired_flags(p, {"--source": RETIRED_EVAL_FLAGS["--source"]}, version="0.3"))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

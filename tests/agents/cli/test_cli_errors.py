@@ -411,3 +411,9 @@ def test_cory_eval_names_the_prompt_source_as_cory_train_does(argv, capsys):
     with pytest.raises(SystemExit):  # cory-train's --learner is the algorithm: cory-eval's list is --learners
         parser.parse_args_into_dataclasses(args=["--model", "m", "--learner", "llm_0"])
     assert "--learner was retired in cory-env 0.3: use --learners" in capsys.readouterr().err
+    import runpy
+
+    play_episode = runpy.run_path(str(ROOT / "examples" / "play_episode.py"), run_name="play_episode")
+    with pytest.raises(SystemExit):  # the example's old name for the same setting
+        play_episode["build_parser"]().parse_args(argv)
+    assert "--source was retired in cory-env 0.3: use --prompt-source" in capsys.readouterr().err
