@@ -22,6 +22,7 @@ from cory_env.templates import render
 from tests.support import ROOT
 from tests.support.envs import length_reward
 from tests.support.golden import assert_same_run, responses
+from tests.support.runs import rise_over_seeds
 from tests.support.toy import fraction_good, toy_tokenizer
 
 TOY_PROMPTS = ["the movie was", "the plot is", "acting is very"]
@@ -309,24 +310,25 @@ def test_a_chain_of_n_trains_rotates_and_resumes_exactly(toy_model, tmp_path, n)
 
 
 def test_a_chain_of_three_raises_every_learners_reward(toy_model, tmp_path):
-    config = team_config(
-        toy_model,
-        tmp_path,
-        num_agents=3,
-        iterations=14,
-        batch_size=16,
-        mini_batch_size=8,
-        ppo_epochs=4,
-        kl_coef=0.0,
-        role_exchange_period=2,
-        checkpoint_every=100,
-        save_model=False,
-    )
-    Trainer(config, prompts=TOY_PROMPTS, reward_fn=fraction_good).train(progress=False)
-    metrics = pd.read_csv(tmp_path / "metrics.csv")
-    for learner in ("llm_0", "llm_1", "llm_2"):
-        curve = metrics[f"{learner}/task_reward_mean"].to_numpy()
-        assert curve[-3:].mean() > curve[:3].mean() + 0.1, (learner, curve)
+    def train(seed, folder):
+        config = team_config(
+            toy_model,
+            folder,
+            num_agents=3,
+            iterations=14,
+            batch_size=16,
+            mini_batch_size=8,
+            ppo_epochs=4,
+            kl_coef=0.0,
+            role_exchange_period=2,
+            checkpoint_every=100,
+            save_model=False,
+            seed=seed,
+        )
+        Trainer(config, prompts=TOY_PROMPTS, reward_fn=fraction_good).train(progress=False)
+
+    rises = rise_over_seeds(train, tmp_path, ["llm_0", "llm_1", "llm_2"])
+    assert all(rise > 0.1 for rise in rises.values()), rises
 
 
 def test_a_two_model_team_trains_exports_and_resumes(toy_model, tiny_gpt2, tmp_path):
