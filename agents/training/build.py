@@ -38,7 +38,7 @@ from agents.learners.team import IndependentLearners, TeamLearner
 from agents.speed import padding_free
 from agents.speed.cpu_linear import use_cpu_linear
 from agents.speed.host_memory import retain_freed_memory
-from agents.training.config import TrainConfig, build_task, check_group_size, learner_devices
+from agents.training.config import TrainConfig, build_task, check_group_size, learner_devices, parse_device
 from agents.training.registry import LEARNERS, TeamFactory
 from cory_env import CollectiveRewardWrapper, RoleExchangeWrapper, env
 from cory_env.errors import UsageError
@@ -221,10 +221,7 @@ def resolve_device(spec: str) -> torch.device:
     use; anything else fails with a UsageError (a ValueError) saying why."""
     if spec == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(spec)
-    except RuntimeError as exc:
-        raise UsageError(f"--device {spec!r}: {exc} (give cpu, cuda, cuda:N or auto)") from exc
+    device = parse_device(spec, "--device")
     _check_available(device, "--device")
     return device
 

@@ -221,13 +221,19 @@ def resolve(config: TrainConfig, data_parallel: DataParallel | None = None) -> T
     return config
 
 
+def parse_device(spec: str, flag: str) -> torch.device:
+    """A device name (``cpu``, ``cuda``, ``cuda:N``, ...) as torch reads it; a name torch does not know fails
+    with a UsageError naming ``flag``. Whether the device exists here is not checked."""
+    try:
+        return torch.device(spec)
+    except RuntimeError as exc:
+        raise UsageError(f"{flag} {spec!r}: {exc} (give cpu, cuda, cuda:N or auto)") from exc
+
+
 def learner_devices(config: TrainConfig) -> list[torch.device]:
     """``--learner-devices``, parsed: one device per learner (empty when not given)."""
     specs = [s.strip() for s in config.learner_devices.split(",") if s.strip()]
-    try:
-        return [torch.device(s) for s in specs]
-    except RuntimeError as exc:
-        raise UsageError(f"--learner-devices {config.learner_devices!r}: {exc}") from exc
+    return [parse_device(s, "--learner-devices") for s in specs]
 
 
 def check_devices(config: TrainConfig, dp: DataParallel) -> None:
@@ -239,7 +245,7 @@ def check_devices(config: TrainConfig, dp: DataParallel) -> None:
                 "--learner-devices is for a single process; under accelerate launch each process uses its own "
                 "device (drop --learner-devices, or run without accelerate launch)"
             )
-        if config.device != "auto" and torch.device(config.device).type != dp.device.type:
+        if config.device != "auto" and parse_device(config.device, "--device").type != dp.device.type:
             raise UsageError(
                 f"--device {config.device} conflicts with the launcher's device {dp.device}: drop --device "
                 f"(CUDA_VISIBLE_DEVICES= runs the processes on CPUs)"

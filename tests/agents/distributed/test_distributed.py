@@ -105,7 +105,7 @@ def test_learner_devices_place_each_learner(toy_model, tmp_path):
     [
         (dict(learner_devices="cpu"), "1 device.*for 2 learner"),
         (dict(algo="ppo", learner_devices="cpu,cpu"), "2 device.*for 1 learner"),
-        (dict(learner_devices="cpu,gpu7"), "--learner-devices 'cpu,gpu7'"),
+        (dict(learner_devices="cpu,gpu7"), "--learner-devices 'gpu7': .*give cpu, cuda, cuda:N"),
         (dict(learner_devices="cpu,cuda:9"), "cuda:9 is not available"),
         (dict(learner_devices="cpu,cpu", device="cpu"), "either --device or --learner-devices"),
         (dict(device="cuda:9"), "--device: cuda:9 is not available: .*(CPU build|GPU)"),

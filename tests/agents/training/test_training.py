@@ -616,7 +616,7 @@ def test_resolve_fills_in_every_derived_setting_once_and_checks_them_before_a_mo
     ("change", "message"),
     [
         (dict(learner_devices="cpu"), "1 device.*for 2 learner"),
-        (dict(learner_devices="cpu,gpu7"), "--learner-devices 'cpu,gpu7'"),
+        (dict(learner_devices="cpu,gpu7"), "--learner-devices 'gpu7': .*give cpu, cuda, cuda:N"),
         (dict(learner_devices="cpu,cpu", device="cpu"), "either --device or --learner-devices"),
         (dict(learner_devices="cuda:0,cuda:1", lora=True), "different devices needs full fine-tuning"),
         (dict(load_in_4bit=True), "--load-in-4bit needs --lora"),
@@ -644,6 +644,8 @@ def test_resolve_refuses_device_flags_that_contradict_the_launcher():
         resolve(TrainConfig(report_to="none", learner_devices="cpu,cpu"), dp)
     with pytest.raises(ValueError, match="--device cuda conflicts with the launcher's device cpu"):
         resolve(TrainConfig(report_to="none", device="cuda"), dp)
+    with pytest.raises(ValueError, match="--device 'gpu0': .*give cpu, cuda, cuda:N or auto"):
+        resolve(TrainConfig(report_to="none", device="gpu0"), dp)  # a name torch does not know, under a launcher
 
 
 @pytest.mark.parametrize(
