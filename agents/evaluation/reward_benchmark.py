@@ -137,7 +137,9 @@ def _settings(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
 def _prepare(out: Path, train: TrainConfig, bench: BenchmarkConfig) -> None:
     """Refuse to mix two benchmarks in one folder; start over with --overwrite; check a --resume."""
     saved_path = out / "benchmark.json"
-    folders = [run_dir(out, arm, 0).parent for arm in (*ALGOS, *bench.algos)]
+    # The runs of this benchmark's arms, and of the arms the benchmark saved there had (--overwrite deletes both).
+    saved_arms = json.loads(saved_path.read_text())["benchmark"]["algos"] if saved_path.exists() else []
+    folders = [run_dir(out, arm, 0).parent for arm in dict.fromkeys((*ALGOS, *bench.algos, *saved_arms))]
     holds_runs = any(folder.is_dir() for folder in folders)
     if saved_path.exists() or holds_runs:
         if bench.overwrite:

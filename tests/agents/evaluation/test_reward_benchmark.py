@@ -233,6 +233,24 @@ def test_refuses_to_mix_or_shorten_benchmarks(benchmark):
     assert mtimes(out) == before
 
 
+def test_overwrite_deletes_the_runs_of_the_benchmark_it_replaces(tmp_path):
+    from agents.evaluation.reward_benchmark import BenchmarkConfig, _prepare, _settings
+
+    out = tmp_path / "bench"
+    before = BenchmarkConfig(out=str(out), algos=["cory", "cory:happo"])
+    _prepare(out, TrainConfig(report_to="none"), before)
+    for arm in ("cory", "cory-happo"):
+        (out / arm / "seed0").mkdir(parents=True)
+        (out / arm / "seed0" / "metrics.csv").write_text("iteration\n0\n")
+    (out / "notes").mkdir()  # not a run: left alone
+    after = BenchmarkConfig(out=str(out), algos=["ppo", "cory:difference"], overwrite=True)
+    _prepare(out, TrainConfig(report_to="none"), after)
+    assert sorted(p.name for p in out.iterdir()) == ["benchmark.json", "notes"]
+    assert json.loads((out / "benchmark.json").read_text()) == json.loads(
+        json.dumps(_settings(TrainConfig(report_to="none"), after))
+    )
+
+
 def test_bad_flags_are_explained(tmp_path):
     with pytest.raises(ValueError, match="cannot import the module 'no_such_module'"):
         main(["--reward", "no_such_module:score", "--out", str(tmp_path / "b"), "--progress", "false"])
