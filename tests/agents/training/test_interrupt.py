@@ -10,8 +10,20 @@ import pytest
 from agents.training.interrupt import StopRequests
 
 
+@pytest.fixture
+def python_handlers():
+    """Python's own handlers, whatever this process was started with (a job started in the background of
+    a shell, or under nohup, ignores SIGINT, and a second Ctrl-C would then be ignored, not raised)."""
+    started_with = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    for s, handler in started_with.items():
+        signal.signal(s, handler)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_the_first_signal_is_recorded_and_a_second_acts_at_once(signum):
+def test_the_first_signal_is_recorded_and_a_second_acts_at_once(signum, python_handlers):
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     heard = []
     with StopRequests(heard.append) as stop:
