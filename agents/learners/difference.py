@@ -77,9 +77,11 @@ class DifferenceRewards:
             replayed = replays[i] if i < len(replays) else later
             difference = task[i] + later - replayed
             episode = dataclasses.replace(team.episodes[name], scores=difference)
-            stats[name] = self.members[name].learn(episode) | {"difference_reward_mean": float(difference.mean())}
+            means = {"difference_reward_mean": float(difference.mean())}
             if i < len(replays):  # the later agents' summed task rewards without this answer
-                stats[name]["counterfactual_reward_mean"] = float(replayed.mean())
+                means["counterfactual_reward_mean"] = float(replayed.mean())
+            # Over every process's conversations (as many on each).
+            stats[name] = self.members[name].learn(episode) | team.data_parallel.mean(means)
         return stats
 
     def replay_without(self, team: TeamEpisode, position: int) -> np.ndarray:

@@ -84,6 +84,7 @@ class HAPPO:
             before = None if last else member.response_logprobs(episode)
             stats[name] = member.learn(episode, advantage_weights=factor)
             weights = np.ones(len(episode.scores)) if factor is None else factor.cpu().numpy()
+            weights = team.data_parallel.gather(weights)  # every process's conversations
             stats[name] |= {
                 "update_position": float(position),
                 "happo_factor_mean": float(weights.mean()),

@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from pettingzoo import AECEnv
 
+from agents.distributed.data_parallel import DataParallel
 from agents.learners.base import Episode, Learner
 
 
@@ -53,13 +54,16 @@ class TeamEpisode:
     played the episode (its ``possible_agents`` are the roles in chain order; a learner that
     replays part of the episode uses its ``reset(options={"answers": ...})`` on a copy);
     ``acting()`` the context in which the members may act again (under FSDP the whole weights are
-    gathered in it, so that acting is not a collective: act only inside it).
+    gathered in it, so that acting is not a collective: act only inside it); ``data_parallel`` the
+    run's processes: in a data-parallel run each process holds its own conversations, so a statistic
+    over the whole batch is taken with its ``mean`` or ``gather`` (on every process: a collective).
     """
 
     episodes: dict[str, Episode]
     roles: dict[str, str]
     env: AECEnv | None = None
     acting: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext
+    data_parallel: DataParallel = field(default_factory=DataParallel)
 
     @property
     def order(self) -> list[str]:

@@ -183,6 +183,7 @@ class Trainer:
             roles={name: info["role"] for name, (_, info) in finals.items()},
             env=self.game.unwrapped,
             acting=lambda: self.data_parallel.gathered(self.policies.values()),
+            data_parallel=self.data_parallel,
         )
 
     def run_iteration(self) -> tuple[dict[str, float], list[dict[str, Any]]]:

@@ -158,12 +158,20 @@ def test_accelerate_launch_cory_keeps_the_processes_in_sync(toy_model, tmp_path)
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "extra",
-    ["--algo ppo --adaptive-kl --score-scaling --score-norm", "--algo cory --lora", "--algo cory --num-agents 3"],
+    [
+        "--algo ppo --adaptive-kl --score-scaling --score-norm",
+        "--algo cory --lora",
+        "--algo cory --num-agents 3",
+        "--algo cory --learner happo",
+        "--algo cory --learner difference",
+    ],
 )
 def test_accelerate_launch_variants_keep_the_processes_in_sync(toy_model, tmp_path, extra):
     args = launch_args(toy_model, tmp_path / "run", "--iterations", "2", *extra.split())
     accelerate_launch(args)
-    learners = ["pioneer"] if "ppo" in extra else [f"llm_{i}" for i in range(3 if "--num-agents 3" in extra else 2)]
+    learners = (
+        ["pioneer"] if "--algo ppo" in extra else [f"llm_{i}" for i in range(3 if "--num-agents 3" in extra else 2)]
+    )
     check_data_parallel_run(tmp_path / "run", args, learners)
 
 
