@@ -134,12 +134,20 @@ def _settings(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
     return {"train": shared, "benchmark": dataclasses.asdict(bench)}
 
 
+def saved_arms(path: Path) -> list[str]:
+    """The ``--algos`` of the benchmark saved at ``path`` (its benchmark.json); none if it is missing or unreadable."""
+    try:
+        return [str(arm) for arm in json.loads(path.read_text())["benchmark"]["algos"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
 def _prepare(out: Path, train: TrainConfig, bench: BenchmarkConfig) -> None:
     """Refuse to mix two benchmarks in one folder; start over with --overwrite; check a --resume."""
     saved_path = out / "benchmark.json"
-    # The runs of this benchmark's arms, and of the arms the benchmark saved there had (--overwrite deletes both).
-    saved_arms = json.loads(saved_path.read_text())["benchmark"]["algos"] if saved_path.exists() else []
-    folders = [run_dir(out, arm, 0).parent for arm in dict.fromkeys((*ALGOS, *bench.algos, *saved_arms))]
+    # The runs of this benchmark's arms, and those of the benchmark saved there (--overwrite deletes both).
+    arms = (*ALGOS, *bench.algos, *(saved_arms(saved_path) if bench.overwrite else ()))
+    folders = [run_dir(out, arm, 0).parent for arm in dict.fromkeys(arms)]
     holds_runs = any(folder.is_dir() for folder in folders)
     if saved_path.exists() or holds_runs:
         if bench.overwrite:

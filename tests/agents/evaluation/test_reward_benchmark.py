@@ -249,6 +249,9 @@ def test_overwrite_deletes_the_runs_of_the_benchmark_it_replaces(tmp_path):
     assert json.loads((out / "benchmark.json").read_text()) == json.loads(
         json.dumps(_settings(TrainConfig(report_to="none"), after))
     )
+    (out / "benchmark.json").write_text("{}")  # not a benchmark's settings: overwritten all the same
+    _prepare(out, TrainConfig(report_to="none"), after)
+    assert json.loads((out / "benchmark.json").read_text())["benchmark"]["algos"] == after.algos
 
 
 def test_bad_flags_are_explained(tmp_path):
