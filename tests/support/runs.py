@@ -63,6 +63,30 @@ def rise_over_seeds(train, out: Path, learners, seeds=LEARNING_SEEDS, window: in
     return {learner: float(np.mean(values)) for learner, values in rises.items()}
 
 
+def team_rises(model: Path, out: Path, learner: str, num_agents: int) -> dict[str, float]:
+    """:func:`rise_over_seeds` of a chain of ``num_agents`` that ``learner`` (a team learner) trains on the toy
+    task: 14 iterations and no KL penalty, as the chain-of-three test of independent PPO
+    (tests/agents/training/test_teams.py), so that it measures learning alone."""
+    from agents.training.trainer import Trainer
+    from tests.support.toy import fraction_good
+
+    def train(seed: int, folder: Path) -> None:
+        config = toy_config(
+            model,
+            folder,
+            algo="cory",
+            learner=learner,
+            num_agents=num_agents,
+            iterations=14,
+            kl_coef=0.0,
+            seed=seed,
+            save_model=False,
+        )
+        Trainer(config, prompts=PROMPTS, reward_fn=fraction_good).train(progress=False)
+
+    return rise_over_seeds(train, out, [f"llm_{i}" for i in range(num_agents)])
+
+
 def cli(*args: str) -> list[str]:
     return [sys.executable, str(ROOT / "examples" / "train_cory.py"), *args]
 

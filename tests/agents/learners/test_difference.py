@@ -11,7 +11,7 @@ import pytest
 from agents.learners.difference import BLANK, DifferenceRewards
 from agents.learners.team import TeamEpisode
 from agents.training.trainer import Trainer
-from tests.support.runs import PROMPTS, rise_over_seeds, toy_config
+from tests.support.runs import PROMPTS, team_rises, toy_config
 from tests.support.toy import fraction_good
 
 
@@ -77,20 +77,5 @@ def test_each_agent_learns_from_its_reward_plus_its_help_to_the_later_agents(toy
 
 @pytest.mark.parametrize("num_agents", [2, 3])
 def test_difference_rewards_raise_every_learners_reward(toy_model, tmp_path, num_agents):
-    # As the chain-of-three test of independent PPO (tests/agents/training/test_teams.py): no KL penalty.
-    def train(seed, folder):
-        config = toy_config(
-            toy_model,
-            folder,
-            algo="cory",
-            learner="difference",
-            num_agents=num_agents,
-            iterations=14,
-            kl_coef=0.0,
-            seed=seed,
-            save_model=False,
-        )
-        Trainer(config, prompts=PROMPTS, reward_fn=fraction_good).train(progress=False)
-
-    rises = rise_over_seeds(train, tmp_path, [f"llm_{i}" for i in range(num_agents)])
+    rises = team_rises(toy_model, tmp_path, "difference", num_agents)
     assert all(rise > 0.1 for rise in rises.values()), rises

@@ -11,7 +11,7 @@ import torch
 from agents.learners.happo import HAPPO
 from agents.learners.team import TeamEpisode
 from agents.training.trainer import Trainer
-from tests.support.runs import PROMPTS, rise_over_seeds, toy_config
+from tests.support.runs import PROMPTS, team_rises, toy_config
 from tests.support.toy import fraction_good
 
 
@@ -99,22 +99,7 @@ def test_the_order_is_drawn_each_iteration_and_checkpointed(toy_model, tmp_path)
 
 @pytest.mark.parametrize("num_agents", [2, 3])
 def test_happo_raises_every_learners_reward(toy_model, tmp_path, num_agents):
-    # As the chain-of-three test of independent PPO (tests/agents/training/test_teams.py): no KL penalty.
-    def train(seed, folder):
-        config = toy_config(
-            toy_model,
-            folder,
-            algo="cory",
-            learner="happo",
-            num_agents=num_agents,
-            iterations=14,
-            kl_coef=0.0,
-            seed=seed,
-            save_model=False,
-        )
-        Trainer(config, prompts=PROMPTS, reward_fn=fraction_good).train(progress=False)
-
-    rises = rise_over_seeds(train, tmp_path, [f"llm_{i}" for i in range(num_agents)])
+    rises = team_rises(toy_model, tmp_path, "happo", num_agents)
     assert all(rise > 0.1 for rise in rises.values()), rises
 
 
