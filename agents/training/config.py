@@ -223,11 +223,13 @@ def resolve(config: TrainConfig, data_parallel: DataParallel | None = None) -> T
 
 def parse_device(spec: str, flag: str) -> torch.device:
     """A device name (``cpu``, ``cuda``, ``cuda:N``, ...) as torch reads it; a name torch does not know fails
-    with a UsageError naming ``flag``. Whether the device exists here is not checked."""
+    with a UsageError naming ``flag`` (and ``auto``, which only ``--device`` takes, where it applies). Whether
+    the device exists here is not checked."""
     try:
         return torch.device(spec)
     except RuntimeError as exc:
-        raise UsageError(f"{flag} {spec!r}: {exc} (give cpu, cuda, cuda:N or auto)") from exc
+        forms = "cpu, cuda, cuda:N or auto" if flag == "--device" else "cpu, cuda, cuda:N"
+        raise UsageError(f"{flag} {spec!r}: {exc} (give {forms})") from exc
 
 
 def learner_devices(config: TrainConfig) -> list[torch.device]:
