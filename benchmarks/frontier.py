@@ -19,8 +19,8 @@ penalty, so its coefficients are not the same knob: the comparison is at matched
 cory ``--algo cory``. The runs go in the order of PHASES: first PPO and CORY at the KL
 coefficients 0.01 and 0.05 over every seed (whose trajectories cross the KL budgets 1-3, so
 that a study the CPU budget stops early has intervals at matched KL), then the learning-rate
-runs seed by seed, then the other two coefficients seed by seed, then GRPO seed by seed.
-``--list`` prints every run's flags.
+runs, then PPO and CORY at 0.1, then GRPO at 0.01 and 0.05, then PPO and CORY at 0.3, then GRPO at
+0.1 and 0.3, each over every seed (PHASES says why). ``--list`` prints every run's flags.
 
 Each run, once trained (under ``--root``, outside the work tree, resumable as in
 benchmarks/reproduce.py), is evaluated alone on held-out prompts (``examples/evaluate.py
@@ -95,15 +95,21 @@ LEARNING_RATES = (1e-4, 3e-4)
 #: verdict needs soonest: PPO and CORY at the two coefficients whose final KLs span the budgets
 #: 1-3 (0.05 ends near KL 2-2.5, 0.01 near 7-10), over every seed, so that a study the CPU budget
 #: stops early has intervals at matched KL; then the learning rates seed by seed (the paper's second
-#: claim, which no other run bears on); then the other coefficients seed by seed, which add the
-#: frontier's low-KL end (their runs end near or under KL 1, a budget the first phase already
-#: reaches); then GRPO. (The learning rates came after the other coefficients until the first phase
-#: was nearly done; no run of either had been archived then.)
+#: claim, which no other run bears on); then PPO and CORY at 0.1, whose runs end near KL 1, the
+#: frontier's low end; then GRPO at 0.01, the coefficient that lets it drift furthest, whose trajectory
+#: crosses the most budgets, so that GRPO has intervals at matched KL before its other coefficients;
+#: then GRPO at 0.05, PPO and CORY at 0.3 (whose runs end under KL 1, a budget no verdict is at), and
+#: GRPO at the rest. (The learning rates came after the other coefficients until the first phase
+#: was nearly done, and GRPO after all of PPO's and CORY's until they had seed 0 at every
+#: coefficient; no run whose place changed had been archived then.)
 PHASES = (
     (("frontier", ("ppo", "cory"), "--kl-coef", KL_COEFS[:2]),),
     (("lr", ("ppo", "cory"), "--lr", LEARNING_RATES),),
-    (("frontier", ("ppo", "cory"), "--kl-coef", KL_COEFS[2:]),),
-    (("frontier", ("grpo",), "--kl-coef", KL_COEFS),),
+    (("frontier", ("ppo", "cory"), "--kl-coef", KL_COEFS[2:3]),),
+    (("frontier", ("grpo",), "--kl-coef", KL_COEFS[:1]),),
+    (("frontier", ("grpo",), "--kl-coef", KL_COEFS[1:2]),),
+    (("frontier", ("ppo", "cory"), "--kl-coef", KL_COEFS[3:]),),
+    (("frontier", ("grpo",), "--kl-coef", KL_COEFS[2:]),),
 )
 STAGES = tuple(stage for phase in PHASES for stage in phase)
 #: Held-out evaluation of every final model: these prompts (the test split, the same for every
@@ -431,9 +437,10 @@ def stats(values: Sequence[float]) -> str:
 
 
 def group(runs: Sequence[Run], study: str) -> dict[tuple[str, float], list[Run]]:
-    """(method, value) -> its runs (one per seed), in the order of configurations()."""
+    """(method, value) -> its runs (one per seed), method by method (as in METHODS), values ascending."""
     groups: dict[tuple[str, float], list[Run]] = {}
-    for _, method, value, _ in (c for c in configurations().values() if c[0] == study):
+    settings = sorted((method, value) for s, method, value, _ in configurations().values() if s == study)
+    for method, value in sorted(settings, key=lambda setting: list(METHODS).index(setting[0])):
         if chosen := [r for r in runs if r.study == study and r.method == method and r.value == value]:
             groups[(method, value)] = sorted(chosen, key=lambda r: r.seed)
     return groups
@@ -734,21 +741,44 @@ def status(runs: Sequence[Run], seeds: Sequence[int], studies: set[str]) -> list
 
 #: The study's budget on the 2-core development machine (issue 26), in hours of one heavy job at a time.
 BUDGET_HOURS = 6.0
+#: What a run costs beyond its iterations on that machine, in minutes: loading the models, writing
+#: checkpoints and the held-out evaluation (from the study's log: PPO about 70 s and 22 s, CORY 135 s
+#: and 38 s, GRPO 60 s and 22 s).
+RUN_OVERHEAD_MINUTES = {"ppo": 1.5, "cory": 3.0, "grpo": 1.4}
+
+
+def study_hours(runs: Sequence[Run]) -> tuple[float, float]:
+    """(the archived runs' iterations' wall time, the study's own cost), in hours.
+
+    Other work on the machine lengthens the wall time (one iteration took 34 minutes, against a
+    median of 11 s), so the cost counts every iteration at its method's median iteration time over
+    the study (a method's iterations do the same work: the same batch, the same answer lengths),
+    and adds each run's :data:`RUN_OVERHEAD_MINUTES`."""
+    wall = sum(float(run.metrics["seconds"].sum()) for run in runs if "seconds" in run.metrics)
+    cost = 0.0
+    for method in {run.method for run in runs}:
+        mine = [run for run in runs if run.method == method and "seconds" in run.metrics]
+        if mine:
+            median = float(np.median(np.concatenate([run.metrics["seconds"].to_numpy(float) for run in mine])))
+            cost += sum(median * len(run.metrics) + 60 * RUN_OVERHEAD_MINUTES[method] for run in mine)
+    return wall / 3600, cost / 3600
 
 
 def budget_note(runs: Sequence[Run], missing: Sequence[list[str]]) -> str:
-    """What the archived runs took to train (their iterations' wall time, which any other load on the
-    machine lengthens) against :data:`BUDGET_HOURS`, and what that leaves unrun: cut when it is spent."""
-    hours = sum(float(run.metrics["seconds"].sum()) for run in runs if "seconds" in run.metrics) / 3600
+    """What the archived runs cost (:func:`study_hours`) against :data:`BUDGET_HOURS`, and what that
+    leaves unrun: cut when it is spent."""
+    wall, cost = study_hours(runs)
     text = (
-        f"Budget: {BUDGET_HOURS:g} CPU-hours on a 2-core CPU for the whole study; the archived runs trained for "
-        f"{hours:.1f} h of wall time (their iterations' seconds, held-out evaluations not counted; other work on the "
-        "machine lengthens them). The whole plan is about 8 h on that machine when nothing else runs (a PPO run "
-        "about 7 minutes, CORY 14, GRPO about 8, an evaluation 1), so it runs in the order of "
-        "PHASES: PPO and CORY at KL coefficients 0.01 and 0.05 over every seed first, whose trajectories cross "
-        "the KL budgets 1-3, then the learning rates seed by seed, then the other coefficients seed by seed, then GRPO."
+        f"Budget: {BUDGET_HOURS:g} CPU-hours on a 2-core CPU for the whole study, one heavy job at a time. The "
+        f"archived runs cost {cost:.1f} h: each iteration at its method's median iteration time over the study, "
+        "plus each run's start, checkpoints and held-out evaluation (about 1.5 minutes a PPO or GRPO run, 3 a CORY "
+        f"run). Their iterations' wall time is {wall:.1f} h, longer because other work shared the machine during "
+        "some runs. The whole plan is about 8 h on that machine when nothing else runs (a PPO run about 6 minutes, "
+        "CORY 14, GRPO about 8), so it runs in the order of PHASES: PPO and CORY at KL coefficients 0.01 and 0.05 "
+        "over every seed first, whose trajectories cross the KL budgets 1-3, then the learning rates, then PPO and "
+        "CORY at 0.1, then GRPO at 0.01 and 0.05, then PPO and CORY at 0.3, then GRPO at 0.1 and 0.3."
     )
-    if missing and hours >= BUDGET_HOURS:
+    if missing and cost >= BUDGET_HOURS:
         return text + f" The budget is spent: the runs not archived below ({len(missing)}) are cut."
     return text + (" What the budget does not reach is cut, and listed below as not run yet." if missing else "")
 

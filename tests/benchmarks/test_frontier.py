@@ -288,15 +288,17 @@ def test_runs_are_trained_evaluated_alone_archived_and_skipped(tmp_path, toy_mod
     assert buffer.getvalue().count("archived, skipped") == 4 and "starting" not in buffer.getvalue()
 
 
-def test_the_run_order_gives_every_seed_of_the_frontiers_core_then_the_learning_rates_first():
+def test_the_run_order_gives_every_seed_of_the_frontiers_core_then_the_learning_rates_then_the_rest():
     order = frontier.run_order({"frontier", "lr"}, [0, 1, 2])
     assert len(order) == len(set(order)) == 3 * (3 * len(frontier.KL_COEFS) + 2 * len(frontier.LEARNING_RATES))
     core = [(f"{m}-kl{v:g}", s) for s in (0, 1, 2) for v in (0.01, 0.05) for m in ("ppo", "cory")]
     assert order[:12] == core  # PPO and CORY at 0.01 and 0.05, every seed: intervals at KL 1-3 first
     lr = [(f"{m}-lr{v:g}", s) for s in (0, 1, 2) for v in (1e-4, 3e-4) for m in ("ppo", "cory")]
     assert order[12:24] == lr  # then the learning-rate claim, every seed
-    assert order[24:28] == [("ppo-kl0.1", 0), ("cory-kl0.1", 0), ("ppo-kl0.3", 0), ("cory-kl0.3", 0)]
-    assert order[28] == ("ppo-kl0.1", 1) and order[36] == ("grpo-kl0.01", 0)
+    assert order[24:30] == [(f"{m}-kl0.1", s) for s in (0, 1, 2) for m in ("ppo", "cory")]  # the low end
+    assert order[30:36] == [(f"grpo-kl{v:g}", s) for v in (0.01, 0.05) for s in (0, 1, 2)]  # GRPO's intervals
+    assert order[36:42] == [(f"{m}-kl0.3", s) for s in (0, 1, 2) for m in ("ppo", "cory")]
+    assert order[42:] == [(f"grpo-kl{v:g}", s) for s in (0, 1, 2) for v in (0.1, 0.3)]
     assert frontier.run_order({"lr"}, [0]) == lr[:4]
 
 
@@ -308,13 +310,24 @@ def test_flags_the_study_sets_are_refused(capsys):
 
 
 def test_the_report_says_what_the_budget_cuts():
-    def run(hours: float) -> frontier.Run:
-        metrics = pd.DataFrame({"seconds": [hours * 3600 / 4] * 4})
-        return frontier.Run("ppo-kl0.01", "frontier", "ppo", 0.01, 0, Path("."), metrics, {})
+    def run(method: str, seconds: list[float]) -> frontier.Run:
+        metrics = pd.DataFrame({"seconds": seconds})
+        return frontier.Run(f"{method}-kl0.01", "frontier", method, 0.01, 0, Path("."), metrics, {})
 
     missing = [["cory-kl0.3", "2", "not run yet"]]
-    under = frontier.budget_note([run(1.0), run(2.5)], missing)
-    assert "trained for 3.5 h of wall time" in under and "listed below as not run yet" in under
-    spent = frontier.budget_note([run(4.0), run(2.5)], missing)
-    assert "6.5 h" in spent and "The budget is spent: the runs not archived below (1) are cut." in spent
-    assert "cut" not in frontier.budget_note([run(1.0)], []).split("GRPO.")[-1]
+    # A PPO iteration's median is 60 s: the 3600 s pause (other work on the machine) counts as 60 s.
+    under = [run("ppo", [60.0] * 59 + [3600.0]), run("ppo", [60.0] * 60)]
+    wall, cost = frontier.study_hours(under)
+    assert wall == pytest.approx((119 * 60 + 3600) / 3600)
+    assert cost == pytest.approx((120 * 60 + 2 * 60 * frontier.RUN_OVERHEAD_MINUTES["ppo"]) / 3600)
+    note = frontier.budget_note(under, missing)
+    assert f"cost {cost:.1f} h" in note and f"wall time is {wall:.1f} h" in note
+    assert "listed below as not run yet" in note and "spent" not in note
+    # Each method at its own median: CORY's 400 s iterations are not PPO's 60 s.
+    spent = [*under, run("cory", [400.0] * 60)]
+    assert frontier.study_hours(spent)[1] == pytest.approx(
+        cost + (60 * 400 + 60 * frontier.RUN_OVERHEAD_MINUTES["cory"]) / 3600
+    )
+    note = frontier.budget_note(spent, missing)
+    assert "The budget is spent: the runs not archived below (1) are cut." in note
+    assert "cut" not in frontier.budget_note(under, []).split("0.1 and 0.3.")[-1]
