@@ -671,47 +671,65 @@ def mean_curve(runs: Sequence[Run]) -> tuple[np.ndarray, np.ndarray]:
 
 def plot_frontier(groups: dict[tuple[str, float], list[Run]], path: Path) -> Path:
     """Task reward against KL: a line per method and coefficient (mean over seeds, smoothed), the
-    final points with their 95% intervals over seeds, and each method's upper envelope."""
+    final points with their 95% intervals over seeds, and each method's upper envelope; on the left
+    every KL the runs reach, on the right the same zoomed in on the KL budgets of the verdicts."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(8, 5.5))
-    ax = fig.subplots()
+    fig = Figure(figsize=(13, 5.5))
+    whole, budgets_ax = fig.subplots(1, 2, gridspec_kw={"width_ratios": (3, 2)})
     values = sorted({v for _, v in groups})
-    points: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
-    for (method, value), runs in groups.items():
-        kl, reward = mean_curve(runs)
-        shade = 0.35 + 0.65 * values.index(value) / max(1, len(values) - 1)
-        ax.plot(
-            kl, reward, color=COLORS[method], alpha=shade, linewidth=1.3, label=f"{method}, KL coefficient {value:g}"
-        )
-        finals = [(r.final("kl"), r.final("task_reward_mean")) for r in runs]
-        (x, x_low, x_high), (y, y_low, y_high) = (mean_ci([f[i] for f in finals], CONFIDENCE) for i in (0, 1))
-        bars = {} if len(runs) < 2 else {"xerr": [[x - x_low], [x_high - x]], "yerr": [[y - y_low], [y_high - y]]}
-        ax.errorbar([x], [y], fmt="o", color=COLORS[method], alpha=shade, capsize=3, **bars)
-        ax.annotate(f"{value:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=COLORS[method])
-        points.setdefault(method, []).append((kl, reward))
-    for method, curves in points.items():
-        front_kl, front_reward = envelope(
-            np.concatenate([c[0] for c in curves]), np.concatenate([c[1] for c in curves])
-        )
-        ax.plot(
-            front_kl,
-            front_reward,
-            color=COLORS[method],
-            linewidth=6,
-            alpha=0.25,
-            drawstyle="steps-post",
-            label=f"{method} frontier (upper envelope)",
-        )
-    ax.set(
-        xlabel="KL to the reference (summed over the response)",
-        ylabel="task reward",
-        title=f"Task reward against KL, smoothed over {SMOOTHING} iterations, mean over seeds;\n"
+    curves = {key: mean_curve(runs) for key, runs in groups.items()}
+    zoom = max(BUDGETS) + 1
+    for ax in (whole, budgets_ax):
+        points: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+        for (method, value), runs in groups.items():
+            kl, reward = curves[(method, value)]
+            shade = 0.35 + 0.65 * values.index(value) / max(1, len(values) - 1)
+            ax.plot(
+                kl,
+                reward,
+                color=COLORS[method],
+                alpha=shade,
+                linewidth=1.3,
+                label=f"{method}, KL coefficient {value:g}",
+            )
+            finals = [(r.final("kl"), r.final("task_reward_mean")) for r in runs]
+            (x, x_low, x_high), (y, y_low, y_high) = (mean_ci([f[i] for f in finals], CONFIDENCE) for i in (0, 1))
+            bars = {} if len(runs) < 2 else {"xerr": [[x - x_low], [x_high - x]], "yerr": [[y - y_low], [y_high - y]]}
+            ax.errorbar([x], [y], fmt="o", color=COLORS[method], alpha=shade, capsize=3, **bars)
+            ax.annotate(
+                f"{value:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=COLORS[method]
+            )
+            points.setdefault(method, []).append((kl, reward))
+        for method, lines in points.items():
+            front_kl, front_reward = envelope(
+                np.concatenate([c[0] for c in lines]), np.concatenate([c[1] for c in lines])
+            )
+            ax.plot(
+                front_kl,
+                front_reward,
+                color=COLORS[method],
+                linewidth=6,
+                alpha=0.25,
+                drawstyle="steps-post",
+                label=f"{method} frontier (upper envelope)",
+            )
+        ax.set(xlabel="KL to the reference (summed over the response)", ylabel="task reward")
+        ax.grid(alpha=0.3)
+    whole.set_title(
+        f"Task reward against KL, smoothed over {SMOOTHING} iterations, mean over seeds;\n"
         f"dots: final values (last {FINAL_WINDOW} iterations) with 95% intervals, labelled by KL coefficient",
+        fontsize=9,
     )
-    ax.title.set_fontsize(9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right", ncol=2)
+    whole.legend(fontsize=7, loc="lower right", ncol=2)
+    inside = [r for kl, reward in curves.values() for k, r in zip(kl, reward) if k <= zoom and math.isfinite(r)]
+    budgets_ax.set_xlim(0, zoom)
+    if inside:
+        margin = 0.05 * (max(inside) - min(inside) or 1.0)
+        budgets_ax.set_ylim(min(inside) - margin, max(inside) + margin)
+    for budget in BUDGETS:
+        budgets_ax.axvline(budget, color="gray", linestyle="--", linewidth=0.8)
+    budgets_ax.set_title(f"The same up to KL {zoom:g}; dashed: the KL budgets of the verdicts", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     return path
