@@ -486,17 +486,18 @@ def frontier_section(runs: Sequence[Run], figure: Path) -> list[str]:
     if not groups:
         return ["No finished frontier run yet."]
     plot_frontier(groups, figure)
-    rows, verdict_lines = [], []
+    rows = []
+    # (comparison, what it says, its budget; None: a budget no verdict could be reached at) -> its budgets
+    verdicts: dict[tuple[str, str, float | None], list[float]] = {}
     for budget, by_method in frontier_tests(groups).items():
         for other, (test, verdict, best) in by_method.items():
-            head = f"- KL {budget:g}: **{other.upper()} above PPO: {verdict}**"
+            head = f"**{other.upper()} above PPO: {verdict}**"
             if missing := [m for m, value in best.items() if math.isnan(value)]:
-                verdict_lines.append(
-                    f"{head}: no coefficient of {' and '.join(missing)} has 2 or more seeds that reached this KL yet"
-                )
+                said = f"{head}: no coefficient of {' and '.join(missing)} has 2 or more seeds that reached it yet"
             else:
                 coefs = ", ".join(f"{m} at {value:g}" for m, value in best.items())
-                verdict_lines.append(f"{head}, {other} - ppo = {difference(test)} (best coefficients: {coefs})")
+                said = f"{head}, {other} - ppo = {difference(test)} (best coefficients: {coefs})"
+            verdicts.setdefault((other, said, None if missing else budget), []).append(budget)
         for method in dict.fromkeys(m for m, _ in groups):
             rows.append(
                 [
@@ -519,7 +520,10 @@ def frontier_section(runs: Sequence[Run], figure: Path) -> list[str]:
         "",
         "### Verdicts at matched KL",
         "",
-        *verdict_lines,
+        *(
+            f"- KL {', '.join(f'{b:g}' for b in at)}: {said}"
+            for (_, said, _), at in sorted(verdicts.items(), key=lambda item: (item[0][0], item[1][0]))
+        ),
         "",
         f"### Task reward at each KL budget, by KL coefficient (mean [{CONFIDENCE:.0%} interval] (seeds that reached "
         "it); n/a: no seed reached it)",
