@@ -765,8 +765,8 @@ def status(runs: Sequence[Run], seeds: Sequence[int], studies: set[str]) -> list
 BUDGET_HOURS = 6.0
 #: What a run costs beyond its iterations on that machine, in minutes: loading the models, writing
 #: checkpoints and the held-out evaluation (from the study's log: PPO about 70 s and 22 s, CORY 135 s
-#: and 38 s, GRPO 60 s and 22 s).
-RUN_OVERHEAD_MINUTES = {"ppo": 1.5, "cory": 3.0, "grpo": 1.4}
+#: and 38 s, GRPO 75 s and 21 s).
+RUN_OVERHEAD_MINUTES = {"ppo": 1.5, "cory": 3.0, "grpo": 1.6}
 
 
 def study_hours(runs: Sequence[Run]) -> tuple[float, float]:
@@ -795,8 +795,8 @@ def budget_note(runs: Sequence[Run], missing: Sequence[list[str]]) -> str:
         f"archived runs cost {cost:.1f} h: each iteration at its method's median iteration time over the study, "
         "plus each run's start, checkpoints and held-out evaluation (about 1.5 minutes a PPO or GRPO run, 3 a CORY "
         f"run). Their iterations' wall time is {wall:.1f} h, longer because other work shared the machine during "
-        "some runs. The whole plan is about 8 h on that machine when nothing else runs (a PPO run about 6 minutes, "
-        "CORY 14, GRPO about 8), so it runs in the order of PHASES: PPO and CORY at KL coefficients 0.01 and 0.05 "
+        "some runs. The whole plan is about 7 h on that machine when nothing else runs (a PPO or GRPO run about 5-6 minutes, "
+        "CORY 14), so it runs in the order of PHASES: PPO and CORY at KL coefficients 0.01 and 0.05 "
         "over every seed first, whose trajectories cross the KL budgets 1-3, then the learning rates, then PPO and "
         "CORY at 0.1, then GRPO at 0.01 and 0.05, then PPO and CORY at 0.3, then GRPO at 0.1 and 0.3."
     )
