@@ -34,6 +34,7 @@ way (``base/evaluation.json``), for the collapse rule.
     python benchmarks/frontier.py                  # run what is missing, then the report
     python benchmarks/frontier.py --report-only    # the report from the archived runs
     python benchmarks/frontier.py --list           # every run's flags
+    python benchmarks/frontier.py --budget-hours 8 # start runs until the archived ones cost 8 h (default 6; 0: no limit)
     python benchmarks/frontier.py --iterations 100 --preset paper-imdb   # the paper's scale, on a GPU
 
 Flags it does not know pass through to every run (as in reproduce.py), and are recorded: a
@@ -786,12 +787,13 @@ def study_hours(runs: Sequence[Run]) -> tuple[float, float]:
     return wall / 3600, cost / 3600
 
 
-def budget_note(runs: Sequence[Run], missing: Sequence[list[str]]) -> str:
-    """What the archived runs cost (:func:`study_hours`) against :data:`BUDGET_HOURS`, and what that
+def budget_note(runs: Sequence[Run], missing: Sequence[list[str]], budget: float = BUDGET_HOURS) -> str:
+    """What the archived runs cost (:func:`study_hours`) against ``budget`` (0: none), and what that
     leaves unrun: cut when it is spent."""
     wall, cost = study_hours(runs)
     text = (
-        f"Budget: {BUDGET_HOURS:g} CPU-hours on a 2-core CPU for the whole study, one heavy job at a time. The "
+        (f"Budget: {budget:g} CPU-hours" if budget else "No budget")
+        + " on a 2-core CPU for the whole study, one heavy job at a time. The "
         f"archived runs cost {cost:.1f} h: each iteration at its method's median iteration time over the study, "
         "plus each run's start, checkpoints and held-out evaluation (about 1.5 minutes a PPO or GRPO run, 3 a CORY "
         f"run). Their iterations' wall time is {wall:.1f} h, longer because other work shared the machine during "
@@ -800,13 +802,18 @@ def budget_note(runs: Sequence[Run], missing: Sequence[list[str]]) -> str:
         "over every seed first, whose trajectories cross the KL budgets 1-3, then the learning rates, then PPO and "
         "CORY at 0.1, then GRPO at 0.01 and 0.05, then PPO and CORY at 0.3, then GRPO at 0.1 and 0.3."
     )
-    if missing and cost >= BUDGET_HOURS:
+    if missing and budget and cost >= budget:
         return text + f" The budget is spent: the runs not archived below ({len(missing)}) are cut."
     return text + (" What the budget does not reach is cut, and listed below as not run yet." if missing else "")
 
 
 def write_report(
-    report: Path, iterations: int, seeds: Sequence[int], studies: set[str], page: Path | None = None
+    report: Path,
+    iterations: int,
+    seeds: Sequence[int],
+    studies: set[str],
+    page: Path | None = None,
+    budget: float = BUDGET_HOURS,
 ) -> Path:
     """results.md, frontier.png and lr_curves.png in ``report``, from its archived runs; with ``page``
     (docs/reproduction.md), the claims table and the report there too (:func:`update_page`)."""
@@ -844,7 +851,7 @@ def write_report(
         if missing
         else "Every run is archived.",
         "",
-        budget_note(runs, missing),
+        budget_note(runs, missing, budget),
         "",
         table(["run", "seed", "state"], status(runs, seeds, studies)),
         "",
@@ -982,6 +989,12 @@ def main(argv: list[str] | None = None) -> None:
         "its markers (default: docs/reproduction.md with the default --report, else none)",
     )
     parser.add_argument("--report-only", action="store_true", help="train nothing: the report from the archive")
+    parser.add_argument(
+        "--budget-hours",
+        type=float,
+        default=BUDGET_HOURS,
+        help="start no run once the archived runs cost this many hours by the report's count (0: no limit)",
+    )
     parser.add_argument("--list", action="store_true", help="print every run's flags, then exit")
     args, flags = parser.parse_known_args(argv)
     if taken := [f for f in flags if f.split("=")[0] in (*reproduce.PER_RUN, "--kl-coef", "--lr", "--learner")]:
@@ -1004,13 +1017,24 @@ def main(argv: list[str] | None = None) -> None:
         start = time.perf_counter()
         try:
             for i, (name, seed) in enumerate(runs, 1):
+                if args.budget_hours and not archived(Path(args.report), name, seed, args.iterations):
+                    cost = study_hours(load_runs(Path(args.report), args.iterations))[1]
+                    if cost >= args.budget_hours:
+                        print(
+                            f"the budget is spent: the archived runs cost {cost:.1f} h of {args.budget_hours:g}; "
+                            f"{len(runs) - i + 1} runs from {name} seed {seed} on are not run "
+                            "(--budget-hours to raise it, 0 for no limit)",
+                            flush=True,
+                        )
+                        break
                 complete(name, seed, args, flags, f"[{i}/{len(runs)}]")
+            else:
+                print(f"all {len(runs)} runs done ({time.perf_counter() - start:.0f} s)", flush=True)
         except Stopped as stop:
             print(f"stopped after a checkpoint: run the same command to continue ({args.root})", flush=True)
             sys.exit(stop.code)
-        print(f"all {len(runs)} runs done ({time.perf_counter() - start:.0f} s)", flush=True)
     page = Path(args.page) if args.page else PAGE if Path(args.report) == DEFAULT_REPORT else None
-    print(f"report: {write_report(Path(args.report), args.iterations, seeds, studies, page)}")
+    print(f"report: {write_report(Path(args.report), args.iterations, seeds, studies, page, args.budget_hours)}")
 
 
 if __name__ == "__main__":

@@ -334,3 +334,26 @@ def test_the_report_says_what_the_budget_cuts():
     note = frontier.budget_note(spent, missing)
     assert "The budget is spent: the runs not archived below (1) are cut." in note
     assert "cut" not in frontier.budget_note(under, []).split("0.1 and 0.3.")[-1]
+
+
+def test_no_run_starts_once_the_budget_is_spent(tmp_path):
+    """The study stops itself at --budget-hours: it starts no run, says which are left, and reports."""
+    report = tmp_path / "report"
+    curve = (np.linspace(0.1, 0.5, ITERATIONS), np.arange(ITERATIONS))
+    write_run(report, "ppo-lr0.0001", 0, {"pioneer": curve}, {"pioneer": (0.3, 2.0, 0.8)})
+    metrics = pd.read_csv(report / "runs" / "ppo-lr0.0001-seed0" / "metrics.csv")
+    metrics.assign(seconds=360.0).to_csv(report / "runs" / "ppo-lr0.0001-seed0" / "metrics.csv", index=False)
+    base = report / "runs" / frontier.BASE
+    base.mkdir()
+    base_summary = {"task_reward_mean": 0.1, "distinct_2": 0.9}
+    (base / frontier.EVALUATION_FILE).write_text(json.dumps({"learners": {"pioneer": base_summary}}))
+    # 20 iterations of 360 s and the run's overhead: just over 2 h.
+    args = ["--studies", "lr", "--seeds", "0", "--iterations", str(ITERATIONS), "--report", str(report)]
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        frontier.main([*args, "--root", str(tmp_path / "root"), "--budget-hours", "2"])
+    out = buffer.getvalue()
+    assert "ppo-lr0.0001 seed 0: archived, skipped" in out  # archived runs are skipped before the check
+    assert "the budget is spent: the archived runs cost 2.0 h of 2; 3 runs from cory-lr0.0001 seed 0 on" in out
+    assert "starting" not in out and not (tmp_path / "root" / "cory-lr0.0001").exists()
+    assert "The budget is spent: the runs not archived below (3) are cut." in (report / "results.md").read_text()
