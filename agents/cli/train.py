@@ -63,6 +63,11 @@ def grpo_parser() -> HfArgumentParser:
     return build_parser("grpo")
 
 
+def happo_parser() -> HfArgumentParser:
+    """``cory-train --learner happo``'s command line (PPO's learner section and ``--happo-factor-clip``): docs/cli.md."""
+    return build_parser("happo")
+
+
 def chosen_learner(argv: list[str]) -> str:
     """``--learner``'s value on the command line, read before the rest: it chooses the learner's section."""
     first = argparse.ArgumentParser(add_help=False, allow_abbrev=False)

@@ -25,10 +25,14 @@ the earlier agents' answers), so each critic sees the state at its turn; HAPPO's
 centralised critic for the same quantity. The cost over independent PPO is two no-grad passes per
 member but the last in the order (its log-probabilities before and after its update).
 
-``M`` is not clipped (nor is it in HARL's implementation), but here an action is a whole answer, so
-``log M`` sums the log-ratios of every token of every earlier answer: with long answers or a large
-learning rate it can grow far from 1. ``happo_factor_mean`` and ``happo_factor_max`` are logged for
-each member (the weights it learned with) to watch it.
+By default ``M`` is not clipped (nor is it in HARL's implementation), but here an action is a whole
+answer, so ``log M`` sums the log-ratios of every token of every earlier answer: with long answers
+or a large learning rate it can grow far from 1. ``happo_factor_mean`` and ``happo_factor_max`` are
+logged for each member (the weights it learned with) to watch it. ``--happo-factor-clip c`` bounds
+the weight each member learns with to ``[1/c, c]`` (``|log M| <= log c``, symmetric as the ratio's
+log is; ``c = 1`` leaves sequential independent PPO). The product itself runs unclipped: a member's
+weight is the clip of the true ``M``, not a product of clipped factors. With the clip,
+``happo_factor_clipped`` is the fraction of conversations whose weight it changed.
 """
 
 from __future__ import annotations
@@ -39,8 +43,10 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from agents.learners.lm import flag
 from agents.learners.ppo import PPOConfig, PPOLearner
 from agents.learners.team import TeamEpisode
+from cory_env.errors import UsageError
 
 #: The update order's random stream, apart from the members' (seeded with the run's seed too).
 ORDER_STREAM = 1
@@ -54,6 +60,24 @@ class HAPPOConfig(PPOConfig):
         "Learner happo: sequential PPO updates, weighted by the earlier agents' change"
     )
 
+    happo_factor_clip: float | None = flag(
+        None,
+        "happo: clip each agent's weight M (the earlier agents' probability ratios of their answers) to [1/c, c], c >= 1 (default: unclipped, as HARL)",
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_factor_clip(self.happo_factor_clip)
+
+
+def check_factor_clip(clip: float | None) -> None:
+    """``--happo-factor-clip``: ``None`` or a finite number of at least 1, else a UsageError."""
+    if clip is not None and not (isinstance(clip, int | float) and 1 <= clip < float("inf")):
+        raise UsageError(
+            f"--happo-factor-clip bounds HAPPO's weight M to [1/c, c], so c must be a finite number of at least 1 "
+            f"(1: no weighting), got {clip!r}; leave it out for no clip"
+        )
+
 
 class HAPPO:
     """A team of :class:`~agents.learners.ppo.PPOLearner` members updated one after another (module docstring).
@@ -62,13 +86,17 @@ class HAPPO:
         members: ``{learner name: PPOLearner}``, one per agent.
         seed: seeds the update order (the run's ``--seed``: the same on every process of a
             data-parallel run; a stream of its own, apart from the members' generators).
+        factor_clip: ``c`` of ``--happo-factor-clip``: each weight clipped to ``[1/c, c]``; ``None``:
+            unclipped.
     """
 
-    def __init__(self, members: dict[str, PPOLearner], seed: int = 0):
+    def __init__(self, members: dict[str, PPOLearner], seed: int = 0, factor_clip: float | None = None):
         not_ppo = [name for name, member in members.items() if not isinstance(member, PPOLearner)]
         if not_ppo:
             raise TypeError(f"HAPPO's members are PPO learners (advantage weights); {not_ppo} are not")
+        check_factor_clip(factor_clip)
         self.members = members
+        self.factor_clip = factor_clip
         self.generator = torch.Generator().manual_seed(
             int(np.random.SeedSequence([seed, ORDER_STREAM]).generate_state(1)[0])
         )
@@ -82,18 +110,27 @@ class HAPPO:
             member, episode = self.members[name], team.episodes[name]
             last = position == len(order) - 1
             before = None if last else member.response_logprobs(episode)
-            stats[name] = member.learn(episode, advantage_weights=factor)
-            weights = np.ones(len(episode.scores)) if factor is None else factor.cpu().numpy()
-            weights = team.data_parallel.gather(weights)  # every process's conversations
-            stats[name] |= {
-                "update_position": float(position),
-                "happo_factor_mean": float(weights.mean()),
-                "happo_factor_max": float(weights.max()),
-            }
+            weight = factor
+            if factor is not None and self.factor_clip is not None:
+                weight = factor.clamp(1 / self.factor_clip, self.factor_clip)
+            stats[name] = member.learn(episode, advantage_weights=weight)
+            weights = np.ones(len(episode.scores)) if weight is None else weight.cpu().numpy()
+            stats[name] |= {"update_position": float(position)} | self.factor_stats(weights, factor, team)
             if not last:  # this agent's change on each conversation weights the later ones
                 change = torch.exp(member.response_logprobs(episode) - before).cpu()
                 factor = change if factor is None else factor * change
         return stats
+
+    def factor_stats(self, weights: np.ndarray, factor: torch.Tensor | None, team: TeamEpisode) -> dict[str, float]:
+        """The weights a member learned with, over every process's conversations: their mean and
+        maximum, and with the clip the fraction it changed."""
+        stats = {}
+        if self.factor_clip is not None:
+            unclipped = np.ones(len(weights)) if factor is None else factor.cpu().numpy()
+            clipped = (weights != unclipped).astype(np.float64)
+            stats["happo_factor_clipped"] = float(team.data_parallel.gather(clipped).mean())
+        weights = team.data_parallel.gather(weights)
+        return {"happo_factor_mean": float(weights.mean()), "happo_factor_max": float(weights.max())} | stats
 
     def state_dict(self) -> dict[str, Any]:
         return {"generator": self.generator.get_state()}

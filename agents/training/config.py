@@ -23,6 +23,7 @@ import torch
 
 from agents.distributed.data_parallel import DataParallel
 from agents.learners.grpo import GRPOConfig
+from agents.learners.happo import HAPPOConfig
 from agents.learners.lm import LMLearnerConfig, default_mini_batch_size
 from agents.learners.ppo import PPOConfig
 from agents.training.registry import LEARNER_CONFIGS, LEARNERS, TeamFactory
@@ -43,13 +44,22 @@ from cory_env.wrappers import learner_names
 
 @dataclass(kw_only=True)
 class TrainConfig(
-    SpeedConfig, OutputConfig, GenerationConfig, GRPOConfig, PPOConfig, GameConfig, ModelConfig, TaskConfig
+    SpeedConfig,
+    OutputConfig,
+    GenerationConfig,
+    GRPOConfig,
+    HAPPOConfig,
+    PPOConfig,
+    GameConfig,
+    ModelConfig,
+    TaskConfig,
 ):
     """Everything a run needs, composed of its sections; each field is a flag of ``cory-train``.
 
     The sections: :class:`TaskConfig`, :class:`ModelConfig`, :class:`GameConfig`, the learners'
     own configs (:class:`~agents.learners.lm.LMLearnerConfig`'s shared settings,
-    :class:`~agents.learners.ppo.PPOConfig`'s and :class:`~agents.learners.grpo.GRPOConfig`'s), then
+    :class:`~agents.learners.ppo.PPOConfig`'s, :class:`~agents.learners.happo.HAPPOConfig`'s and
+    :class:`~agents.learners.grpo.GRPOConfig`'s), then
     :class:`GenerationConfig`, :class:`OutputConfig` and :class:`SpeedConfig`. A setting is defined
     once, in its section, with one name and one default: the learner's config is this config's
     fields of the same names (:meth:`learner_config`), not a translation. The command line parses

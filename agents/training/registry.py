@@ -78,7 +78,7 @@ class TeamFactory:
 
 def happo_team(config, members, *, seed) -> HAPPO:
     """HAPPO: the members updated one after another, in a random order each iteration."""
-    return HAPPO(members, seed=seed)
+    return HAPPO(members, seed=seed, factor_clip=config.happo_factor_clip)
 
 
 def difference_team(config, members, *, seed) -> DifferenceRewards:

@@ -22,6 +22,7 @@ from mkdocs.exceptions import PluginError
 COMMANDS: dict[str, str] = {
     "cory-train": "agents.cli.train:build_parser",
     "cory-train --learner grpo": "agents.cli.train:grpo_parser",
+    "cory-train --learner happo": "agents.cli.train:happo_parser",
     "python examples/play_episode.py": "examples/play_episode.py:build_parser",
     "python examples/plot_runs.py": "examples/plot_runs.py:build_parser",
     "python examples/train_sb3.py": "examples/train_sb3.py:build_parser",

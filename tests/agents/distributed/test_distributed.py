@@ -162,7 +162,7 @@ def test_accelerate_launch_cory_keeps_the_processes_in_sync(toy_model, tmp_path)
         "--algo ppo --adaptive-kl --score-scaling --score-norm",
         "--algo cory --lora",
         "--algo cory --num-agents 3",
-        "--algo cory --learner happo",
+        "--algo cory --learner happo --happo-factor-clip 2",
         "--algo cory --learner difference",
     ],
 )

@@ -23,12 +23,16 @@ def weights(learner) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in learner.model.named_parameters()}
 
 
-@pytest.mark.parametrize("num_agents", [2, 3])
-def test_each_later_agent_learns_from_the_advantage_times_the_earlier_agents_ratios(toy_model, tmp_path, num_agents):
-    config = toy_config(toy_model, tmp_path, algo="cory", learner="happo", num_agents=num_agents, lr=1e-2)
+@pytest.mark.parametrize("num_agents, clip", [(2, None), (3, None), (3, 2.0)])
+def test_each_later_agent_learns_from_the_advantage_times_the_earlier_agents_ratios(
+    toy_model, tmp_path, num_agents, clip
+):
+    config = toy_config(
+        toy_model, tmp_path, algo="cory", learner="happo", num_agents=num_agents, lr=1e-2, happo_factor_clip=clip
+    )
     trainer = Trainer(config, prompts=PROMPTS, reward_fn=fraction_good)
     team = trainer.team
-    assert isinstance(team, HAPPO) and team.members is trainer.learners
+    assert isinstance(team, HAPPO) and team.members is trainer.learners and team.factor_clip == clip
     episode = played(trainer)
     order_draw = torch.Generator().manual_seed(0)
     order_draw.set_state(team.generator.get_state())
@@ -38,15 +42,26 @@ def test_each_later_agent_learns_from_the_advantage_times_the_earlier_agents_rat
 
     stats = team.learn(episode)
 
-    # By hand: M of the m-th agent = prod over the agents before it of pi_new(y|x) / pi_old(y|x), per conversation.
+    # By hand: M of the m-th agent = prod over the agents before it of pi_new(y|x) / pi_old(y|x), per conversation;
+    # with --happo-factor-clip c, the agent learns with M clipped to [1/c, c] (the product itself runs unclipped).
     factor = torch.ones(config.batch_size, dtype=torch.float64)
+    clipped = []
     for position, name in enumerate(order):
+        weight = factor if clip is None else factor.clamp(1 / clip, clip)
         assert stats[name]["update_position"] == position
-        assert stats[name]["happo_factor_mean"] == pytest.approx(float(factor.mean()), rel=1e-5)
-        assert stats[name]["happo_factor_max"] == pytest.approx(float(factor.max()), rel=1e-5)
+        assert stats[name]["happo_factor_mean"] == pytest.approx(float(weight.mean()), rel=1e-5)
+        assert stats[name]["happo_factor_max"] == pytest.approx(float(weight.max()), rel=1e-5)
+        if clip is None:
+            assert "happo_factor_clipped" not in stats[name]
+        else:
+            clipped.append(stats[name]["happo_factor_clipped"])
+            assert clipped[-1] == float((weight != factor).double().mean())
         after = trainer.learners[name].response_logprobs(episode.episodes[name])
         factor = factor * torch.exp((after - before[name]).double())
     assert not torch.allclose(factor, torch.ones_like(factor))  # the agents did change their answers' odds
+    if clip is not None:  # the clip changed some weights, and no agent's weight lies outside it
+        assert clipped[0] == 0.0 and max(clipped) > 0
+        assert all(1 / clip <= stats[n]["happo_factor_max"] <= clip for n in order)
 
     # The last agent's update is PPO's with its advantages weighted by that factor, exactly.
     last = order[-1]
@@ -55,6 +70,8 @@ def test_each_later_agent_learns_from_the_advantage_times_the_earlier_agents_rat
     factor = torch.ones(config.batch_size)
     for name in order[:-1]:
         factor = factor * torch.exp(trainer.learners[name].response_logprobs(episode.episodes[name]) - before[name])
+    if clip is not None:
+        factor = factor.clamp(1 / clip, clip)
     trainer.learners[last].learn(episode.episodes[last], advantage_weights=factor)
     again = weights(trainer.learners[last])
     assert all(torch.equal(learned[n], again[n]) for n in learned)
@@ -120,3 +137,17 @@ def test_response_logprobs_are_each_answers_log_likelihood(toy_model, tmp_path):
         logprobs = torch.log_softmax(logits[prompt - 1 : -1], dim=-1)
         expected = logprobs.gather(1, ids[0, prompt:, None]).sum()
         assert float(learner.response_logprobs(episode)[b]) == pytest.approx(float(expected), abs=1e-4)
+
+
+def test_the_factor_clip_is_happos_flag_and_a_bad_one_is_refused():
+    from agents.cli.train import parse_config
+
+    assert parse_config(["--learner", "happo", "--happo-factor-clip", "2"]).learner_config().happo_factor_clip == 2.0
+    assert parse_config(["--learner", "happo"]).learner_config().happo_factor_clip is None  # unclipped, as HARL
+    with pytest.raises(ValueError, match="--happo-factor-clip is a setting of --learner happo, not of --learner ppo"):
+        parse_config(["--happo-factor-clip", "2"])
+    for bad in ("0.5", "0", "-2", "inf", "nan"):
+        with pytest.raises(ValueError, match=f"c must be a finite number of at least 1 .*got {bad}"):
+            parse_config(["--learner", "happo", "--happo-factor-clip", bad])
+    with pytest.raises(ValueError, match="--happo-factor-clip"):
+        HAPPO({}, factor_clip=0.9)
