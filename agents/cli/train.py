@@ -26,7 +26,6 @@ as a Hugging Face model, from_pretrained-ready; cory-export writes it from a che
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import signal
 import sys
@@ -37,11 +36,10 @@ from transformers import HfArgumentParser
 from agents.cli.errors import add_debug_flag, one_line_errors, refuse_retired_flags
 from agents.distributed.data_parallel import process_rank
 from agents.evaluation.statistics import reward_rise
-from agents.training.config import TrainConfig, sections_for
+from agents.training.config import TrainConfig, learners_taking, sections_for
 from agents.training.export import MODEL_DIR
 from agents.training.metrics import read_metrics
 from agents.training.plots import learner_columns
-from agents.training.registry import LEARNER_CONFIGS
 from agents.training.run_lock import RunLock
 from agents.training.trainer import Trainer
 from cory_env.errors import UsageError
@@ -75,11 +73,6 @@ def chosen_learner(argv: list[str]) -> str:
     return first.parse_known_args(argv)[0].learner
 
 
-def _flags(section: type) -> set[str]:
-    """The names of a config section's flags (its init fields; not its class variables)."""
-    return {f.name for f in dataclasses.fields(section) if f.init}
-
-
 def parse_config(argv: list[str] | None = None) -> TrainConfig:
     """The run's :class:`TrainConfig` from the command line (``sys.argv`` by default). A flag of another
     learner's section fails with a :class:`~cory_env.errors.UsageError` that names the learners that take it."""
@@ -87,9 +80,7 @@ def parse_config(argv: list[str] | None = None) -> TrainConfig:
     learner = chosen_learner(argv)
     *parsed, unused = build_parser(learner).parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     for arg in unused:
-        name = arg.lstrip("-").split("=")[0].replace("-", "_")
-        owners = [n for n, c in LEARNER_CONFIGS.items() if arg.startswith("--") and name in _flags(c)]
-        if owners:
+        if owners := learners_taking(arg):
             raise UsageError(
                 f"{arg.split('=')[0]} is a setting of --learner {', '.join(owners)}, not of --learner "
                 f"{learner}: drop it, or choose that learner (cory-train --learner {owners[0]} --help)"

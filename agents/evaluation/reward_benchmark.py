@@ -10,7 +10,9 @@ to every run, except those the benchmark sets per run (--algo, --seed, --out, --
 --overwrite); --num-agents and --models shape CORY's team, and PPO trains the first agent's
 model alone. An entry of --algos is an algorithm (ppo, cory), with the --learner flag's learner,
 or ALGO:LEARNER with a learner of its own (cory:happo, cory:difference, ppo:grpo): the first
-entry is the baseline every other is tested against. What --out holds:
+entry is the baseline every other is tested against. The flags come in cory-train's sections;
+a learner's own flags (--group-size, --happo-factor-clip) are there when an entry trains with
+that learner (`cory-bench --algos ppo cory:grpo --help`) and go to the entries that do. What --out holds:
 
     benchmark.json                      the settings (--resume checks they did not change)
     ppo/seed0/, cory/seed0/, ...        one ordinary training run each (metrics.csv, samples.jsonl,
@@ -38,7 +40,9 @@ import dataclasses
 import gc
 import json
 import shutil
+import sys
 import typing
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,15 +53,26 @@ from agents.cli.errors import add_debug_flag, one_line_errors, refuse_retired_fl
 from agents.evaluation.benchmark_report import KL_VS_REWARD_PLOT, PLOTS, format_report, run_dir, write_report
 from agents.evaluation.held_out import EvalConfig, evaluate, load_reward
 from agents.evaluation.report import write_json
-from agents.learners.lm import flag
+from agents.learners.lm import LMLearnerConfig, flag
 from agents.training.checkpoint import checkpoint_iteration, latest_checkpoint
-from agents.training.config import ALGOS, TrainConfig, apply_preset, changed_settings, resolve
+from agents.training.config import (
+    ALGOS,
+    TrainConfig,
+    apply_preset,
+    changed_settings,
+    learner_section,
+    learners_taking,
+    resolve,
+    sections_for,
+)
 from agents.training.registry import LEARNERS
 from agents.training.trainer import Trainer
 from cory_env.errors import UsageError
 
 #: TrainConfig fields the benchmark sets for each run itself.
 PER_RUN = ("algo", "seed", "out", "resume", "overwrite")
+#: ``--algos`` by default: the single-agent baseline and CORY.
+DEFAULT_ALGOS = ("ppo", "cory")
 #: Settings a --resume may change: they do not change what a finished run means.
 MAY_CHANGE = ("iterations", "device", "checkpoint_every", "report_to", "samples_per_iteration", "reward_timeout")
 
@@ -70,7 +85,7 @@ class BenchmarkConfig:
     seeds: int = flag(3, "seeds per algorithm (the paper: 3)")
     seed: int = flag(0, "first seed; the runs use seed, seed + 1, ...")
     algos: list[str] = field(
-        default_factory=lambda: ["ppo", "cory"],
+        default_factory=lambda: list(DEFAULT_ALGOS),
         metadata={"help": "algorithms to compare, the first the baseline: ppo, cory, or ALGO:LEARNER (cory:happo)"},
     )
     resume: bool = flag(False, "continue the benchmark in --out: skip finished runs, resume half-finished ones")
@@ -106,18 +121,50 @@ class BenchmarkExistsError(UsageError, FileExistsError):
     """The benchmark folder holds another benchmark's runs: --resume it, --overwrite it, or choose another --out."""
 
 
-def _training_flags() -> type:
-    """TrainConfig without the per-run fields: the training flags of the command line."""
-    hints = typing.get_type_hints(TrainConfig)
+# ------------------------------------------------------------------------- the training flags
+
+
+def training_sections(learners: Iterable[str]) -> list[type]:
+    """cory-bench's training flags, in ``--help``'s order: cory-train's sections without the flags the
+    benchmark sets per run, and for the learner the sections of ``learners`` (those the ``--algos``
+    entries train with): the settings every learner shares once, then each learner's own.
+
+    >>> [s._argument_group_name.split(":")[0] for s in training_sections(["ppo", "grpo"])][2:5]
+    ['Game', 'Learner', 'Learner ppo']
+    """
+    sections = sections_for(TrainConfig.learner)
+    learner_part = [LMLearnerConfig, *dict.fromkeys(learner_section(name) for name in learners)]
+    sections = [*sections[:3], *learner_part, *sections[4:]]
+    placed: set[str] = set()
+    flags = []
+    for section in sections:
+        names = [f.name for f in dataclasses.fields(section) if f.name not in placed | set(PER_RUN)]
+        placed |= set(names)
+        if names:
+            flags.append(_section_of(section, names))
+    return flags
+
+
+def _section_of(section: type, names: list[str]) -> type:
+    """A dataclass of ``section``'s fields ``names``, under its ``--help`` title."""
+    hints = typing.get_type_hints(section)
     fields = [
         (f.name, hints[f.name], field(default=f.default, metadata=f.metadata))
-        for f in dataclasses.fields(TrainConfig)
-        if f.name not in PER_RUN
+        for f in dataclasses.fields(section)
+        if f.name in names
     ]
-    return dataclasses.make_dataclass("TrainingFlags", fields)
+    title = section._argument_group_name
+    return dataclasses.make_dataclass(section.__name__, fields, namespace={"_argument_group_name": title})
 
 
-TrainingFlags = _training_flags()
+def entry_learners(argv: list[str]) -> list[str]:
+    """The learner of each ``--algos`` entry on the command line (``ALGO:LEARNER``'s, else ``--learner``'s),
+    read before the rest: they choose the learner sections."""
+    first = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    first.add_argument("--algos", nargs="+", default=list(DEFAULT_ALGOS))
+    first.add_argument("--learner", default=TrainConfig.learner)
+    known = first.parse_known_args(argv)[0]
+    return [arm.partition(":")[2] or known.learner for arm in known.algos]
 
 
 # ------------------------------------------------------------------------- the runs
@@ -247,13 +294,15 @@ def run_benchmark(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
 # ------------------------------------------------------------------------- command line
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(learners: Iterable[str] = (TrainConfig.learner,)) -> argparse.ArgumentParser:
+    """The command line: the training sections of the entries' ``learners`` (:func:`training_sections`),
+    then the benchmark's own flags; each flag's help text is its field's (also docs/cli.md)."""
     from transformers import HfArgumentParser
 
     return add_debug_flag(
         refuse_retired_flags(
             HfArgumentParser(
-                (TrainingFlags, BenchmarkConfig),
+                (*training_sections(learners), BenchmarkConfig),
                 description=__doc__,
                 prog="cory-bench",
                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -263,8 +312,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, BenchmarkConfig]:
-    flags, bench = build_parser().parse_args_into_dataclasses(args=argv)  # BenchmarkConfig's checks: UsageError
-    return TrainConfig(**dataclasses.asdict(flags)), bench
+    """The shared training settings and the benchmark's (``sys.argv`` by default). A flag of a learner that no
+    ``--algos`` entry trains with fails with a :class:`~cory_env.errors.UsageError` naming the learners that take it."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    learners = entry_learners(argv)
+    parser = build_parser(learners)
+    *sections, bench, unused = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    for arg in unused:  # BenchmarkConfig's checks ran above: the entries are valid
+        if owners := learners_taking(arg):
+            raise UsageError(
+                f"{arg.split('=')[0]} is a setting of --learner {', '.join(owners)}, and no entry of --algos "
+                f"({' '.join(bench.algos)}) trains with one: add an entry that does (e.g. cory:{owners[0]}), or drop it"
+            )
+    if unused:
+        parser.error(f"unrecognized arguments: {' '.join(unused)}")
+    return TrainConfig.from_sections(*sections), bench
 
 
 @one_line_errors

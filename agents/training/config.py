@@ -164,6 +164,21 @@ def sections_for(learner: str) -> tuple[type, ...]:
     return TaskConfig, ModelConfig, GameConfig, learner_section(learner), GenerationConfig, OutputConfig, SpeedConfig
 
 
+def learners_taking(arg: str) -> list[str]:
+    """The learners (:data:`~agents.training.registry.LEARNER_CONFIGS`) whose section has the flag
+    ``arg`` (``--group-size``, ``--group_size=8``); none for a word that is not a flag.
+
+    >>> learners_taking("--group-size=8"), learners_taking("--happo_factor_clip"), learners_taking("8")
+    (['grpo', 'rloo'], ['happo'], [])
+    """
+    if not arg.startswith("--"):
+        return []
+    name = arg[2:].split("=")[0].replace("-", "_")
+    return [
+        learner for learner, section in LEARNER_CONFIGS.items() if name in {f.name for f in dataclasses.fields(section)}
+    ]
+
+
 def learner_section(learner: str) -> type[LMLearnerConfig]:
     """``--learner learner``'s config (:data:`~agents.training.registry.LEARNER_CONFIGS`); for a team
     learner registered without one, its members'; else the shared :class:`LMLearnerConfig`."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import math
@@ -305,6 +306,41 @@ def test_help_lists_training_and_benchmark_flags(capsys):
     for flag in ("--reward", "--seeds", "--iterations", "--batch-size", "--kl-coef", "--eval-prompts", "--resume"):
         assert flag in text, flag
     assert "--algo " not in text and "--algos" in text  # the benchmark sets each run's algo itself
+
+
+def test_training_flags_come_in_cory_trains_sections_with_the_entries_learners(capsys):
+    from agents.evaluation.reward_benchmark import PER_RUN, build_parser, parse_args, training_sections
+    from agents.training.registry import LEARNERS
+
+    # Every training flag but the per-run ones, once, whatever the learners.
+    every = [f.name for s in training_sections(LEARNERS) for f in dataclasses.fields(s)]
+    assert sorted(every) == sorted(f.name for f in dataclasses.fields(TrainConfig) if f.name not in PER_RUN)
+    # A learner's own flags reach the runs when an entry trains with it: --algos ALGO:LEARNER or --learner.
+    train, _ = parse_args(["--algos", "ppo", "cory:grpo", "--group-size", "8"])
+    assert train.group_size == 8
+    assert parse_args(["--learner", "grpo", "--group_size=2"])[0].group_size == 2
+    assert parse_args(["--algos", "cory", "cory:happo", "--happo-factor-clip", "2"])[0].happo_factor_clip == 2.0
+    # ... and are refused, naming the learners that take them, when none does (cory-train refuses them too).
+    with pytest.raises(
+        UsageError, match=r"--group-size is a setting of --learner grpo, rloo, and no entry of --algos \(ppo cory\)"
+    ):
+        parse_args(["--group-size", "8"])
+    with pytest.raises(UsageError, match="--happo-factor-clip is a setting of --learner happo.*add an entry that does"):
+        parse_args(["--algos", "cory", "cory:difference", "--happo-factor-clip", "2"])
+    with pytest.raises(SystemExit):
+        parse_args(["--no-such-flag"])
+    capsys.readouterr()
+    # The help shows the sections, the shared learner settings once, then each entry's learner's own.
+    text = build_parser(["ppo", "happo"]).format_help()
+    titles = [line for line in text.splitlines() if line.startswith(("Task:", "Learner", "Speed"))]
+    assert titles == [
+        "Task: the prompts, the templates and the reward:",
+        "Learner: the update of each agent:",
+        "Learner ppo: PPO with a value head and GAE:",
+        "Learner happo: sequential PPO updates, weighted by the earlier agents' change:",
+        "Speed and memory: the same numbers, computed faster or in less memory:",
+    ]
+    assert "--group-size GROUP_SIZE" not in text and "--group-size GROUP_SIZE" in build_parser(["grpo"]).format_help()
 
 
 def test_console_script_and_module_entry_points():
