@@ -27,6 +27,7 @@ import dataclasses
 import json
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -53,10 +54,10 @@ PER_LEARNER_PLOT = "per_learner_task_reward.png"
 CONFIDENCE = 0.95
 
 
-def archive(root: Path, folder: Path, seeds: int) -> int:
+def archive(root: Path, folder: Path, seeds: int, arms: Sequence[str] = ARMS) -> int:
     """Copy every finished run (its evaluation written) from ``root`` to ``folder``; return how many seeds
     every algorithm has finished."""
-    for arm in ARMS:
+    for arm in arms:
         for seed in range(seeds):
             run = run_dir(root, arm, seed)
             if (run / "evaluation.json").exists():
@@ -66,12 +67,12 @@ def archive(root: Path, folder: Path, seeds: int) -> int:
                     shutil.copyfile(run / name, target / name)
     if (root / "benchmark.json").exists():
         shutil.copyfile(root / "benchmark.json", folder / "benchmark.json")
-    return finished_seeds(folder)
+    return finished_seeds(folder, arms)
 
 
-def finished_seeds(folder: Path) -> int:
+def finished_seeds(folder: Path, arms: Sequence[str] = ARMS) -> int:
     seeds = 0
-    while all((run_dir(folder, arm, seeds) / "evaluation.json").exists() for arm in ARMS):
+    while all((run_dir(folder, arm, seeds) / "evaluation.json").exists() for arm in arms):
         seeds += 1
     return seeds
 

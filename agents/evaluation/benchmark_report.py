@@ -47,14 +47,14 @@ def run_dir(out: str | Path, algo: str, seed: int) -> Path:
     return Path(out) / algo.replace(":", "-") / f"seed{seed}"
 
 
-def _final_training_metrics(df: pd.DataFrame) -> dict[str, dict[str, float]]:
+def final_training_metrics(df: pd.DataFrame) -> dict[str, dict[str, float]]:
     """learner -> metric -> value at the run's last iteration (``df``: its metrics.csv)."""
     last = df[df["iteration"] == df["iteration"].max()].iloc[-1]
     learners = learner_columns(df, "kl")
     return {name: {m: float(last[f"{name}/{m}"]) for m in TRAIN_METRICS} for name in learners}
 
 
-def _with_mean_of_learners(per_learner: dict[str, dict[str, float]], metrics: Any) -> dict[str, dict[str, float]]:
+def with_mean_of_learners(per_learner: dict[str, dict[str, float]], metrics: Any) -> dict[str, dict[str, float]]:
     if len(per_learner) < 2:
         return per_learner
     values = {m: [np.nan if v.get(m) is None else v[m] for v in per_learner.values()] for m in metrics}
@@ -62,12 +62,12 @@ def _with_mean_of_learners(per_learner: dict[str, dict[str, float]], metrics: An
     return {**per_learner, MEAN_OF_LEARNERS: mean}
 
 
-def _reward_rise_k(iterations: int) -> int:
+def reward_rise_k(iterations: int) -> int:
     """Iterations in each window of the reward rise: REWARD_RISE_K, fewer in a short run (0: none)."""
     return min(REWARD_RISE_K, iterations // 2)
 
 
-def _reward_rises(df: pd.DataFrame, batch_size: int, k: int) -> dict[str, dict[str, float]]:
+def reward_rises(df: pd.DataFrame, batch_size: int, k: int) -> dict[str, dict[str, float]]:
     """learner -> ``reward_rise`` of its task-reward curve, and of the mean of the learners' curves.
 
     The mean of L learners' batch means has variance sum_l std_l^2 / (L^2 B): a curve of batch
@@ -127,7 +127,7 @@ def _comparisons(summary: list[dict[str, Any]], baseline_algo: str) -> list[dict
 def write_report(out: Path, train: TrainConfig, bench: BenchmarkConfig, settings: dict[str, Any]) -> dict[str, Any]:
     """report.json, report.md and the curve PNGs of the runs in ``out`` (``settings``: benchmark.json's)."""
     seeds = list(range(bench.seed, bench.seed + bench.seeds))
-    rise_k = _reward_rise_k(train.iterations)
+    rise_k = reward_rise_k(train.iterations)
     runs: dict[str, dict[str, Any]] = {}
     frames: dict[str, list[pd.DataFrame]] = {}
     summary = []
@@ -139,10 +139,10 @@ def write_report(out: Path, train: TrainConfig, bench: BenchmarkConfig, settings
             df = read_metrics(folder)
             frames.setdefault(algo.upper(), []).append(df)
             per_seed_seconds.append(float(df.groupby("iteration")["seconds"].last().median()))
-            final = _with_mean_of_learners(_final_training_metrics(df), TRAIN_METRICS)
-            rises = _reward_rises(df, train.batch_size, rise_k)
+            final = with_mean_of_learners(final_training_metrics(df), TRAIN_METRICS)
+            rises = reward_rises(df, train.batch_size, rise_k)
             evaluated = json.loads((folder / "evaluation.json").read_text())["learners"]
-            evaluated = _with_mean_of_learners(evaluated, EVAL_METRICS)
+            evaluated = with_mean_of_learners(evaluated, EVAL_METRICS)
             runs[f"{algo}/seed{seed}"] = {
                 "train": final,
                 "eval": {n: {m: v.get(m) for m in EVAL_METRICS} for n, v in evaluated.items()},
@@ -255,7 +255,7 @@ def format_report(report: dict[str, Any]) -> str:
     baseline = report.get("baseline", "ppo").upper()
     baseline_seconds = report.get("seconds_per_iteration", {}).get(report.get("baseline", "ppo"), {"mean": np.nan})
     seeds = report["seeds"]
-    rise_k = _reward_rise_k(report["iterations"])
+    rise_k = reward_rise_k(report["iterations"])
     rise = (
         f"Reward rise z: the mean task reward of the last {rise_k} iterations minus that of the first {rise_k}, "
         f"in standard errors from the batches' reward std (each iteration's mean has variance "
