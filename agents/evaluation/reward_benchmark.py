@@ -28,7 +28,8 @@ that learner (`cory-bench --algos ppo cory:grpo --help`) and go to the entries t
 Each run is trained, then its final policy answers held-out prompts (agents.evaluation.held_out: task
 reward, KL, distinct-1/2, repetition; the same prompts and sampling seed for every run).
 With --resume, finished runs are skipped (and their evaluation, when its settings are the
-same), a half-finished run continues from its newest checkpoint exactly as
+same: a run evaluated after its last iteration is finished even once its checkpoints are
+deleted), a half-finished run continues from its newest checkpoint exactly as
 ``train_cory.py --resume`` does, and missing runs are trained; raising --seeds or
 --iterations extends a benchmark.
 """
@@ -223,6 +224,23 @@ def _prepare(out: Path, train: TrainConfig, bench: BenchmarkConfig) -> None:
     write_json(saved_path, _settings(train, bench))
 
 
+def _check_extendable(out: Path, iterations: int, folders: list[Path]) -> None:
+    """Refuse, before anything is written, to extend a finished run whose checkpoints were deleted: it would
+    start again from iteration 0."""
+    stuck = []
+    for folder in folders:
+        if (folder / "evaluation.json").exists() and latest_checkpoint(folder) is None:
+            done = json.loads((folder / "evaluation.json").read_text())["policy"].get("iterations_trained", 0)
+            if done < iterations:
+                stuck.append(f"{folder.relative_to(out)} ({done} iterations)")
+    if stuck:
+        raise UsageError(
+            f"--iterations {iterations}: the finished runs {', '.join(stuck)} have no checkpoint left to continue "
+            f"from (deleted), so extending them would train them again from iteration 0. Keep their --iterations, "
+            f"or start over with --overwrite"
+        )
+
+
 def _evaluation_is_current(path: Path, config: EvalConfig, iterations: int) -> bool:
     if not path.exists():
         return False
@@ -258,9 +276,11 @@ def run_benchmark(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
     for arm in bench.algos:  # an entry whose settings cannot work fails now, not after the others' runs
         resolve(dataclasses.replace(train, **for_algo(train, arm)))
     out = Path(bench.out)
+    runs = [(seed, algo) for seed in range(bench.seed, bench.seed + bench.seeds) for algo in bench.algos]
+    if bench.resume:
+        _check_extendable(out, train.iterations, [run_dir(out, algo, seed) for seed, algo in runs])
     out.mkdir(parents=True, exist_ok=True)
     _prepare(out, train, bench)
-    runs = [(seed, algo) for seed in range(bench.seed, bench.seed + bench.seeds) for algo in bench.algos]
     bar = tqdm(total=len(runs), desc="benchmark", unit="run", disable=not bench.progress)
     for seed, algo in runs:
         folder = run_dir(out, algo, seed)
@@ -268,11 +288,6 @@ def run_benchmark(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
         config = dataclasses.replace(
             train, **for_algo(train, algo), seed=seed, out=str(folder), resume=True, overwrite=False
         )
-        if completed_iterations(folder) < config.iterations:
-            trainer = Trainer(config)
-            trainer.train(progress=bench.progress)
-            del trainer
-            gc.collect()
         evaluation = EvalConfig(
             checkpoint=str(folder),
             split=bench.eval_split,
@@ -283,7 +298,13 @@ def run_benchmark(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
             out=str(folder / "evaluation.json"),
             device=train.device,
         )
+        # Finished and evaluated with these settings: done, its checkpoints kept or deleted (a CORY one is GBs).
         if not _evaluation_is_current(folder / "evaluation.json", evaluation, config.iterations):
+            if completed_iterations(folder) < config.iterations:
+                trainer = Trainer(config)
+                trainer.train(progress=bench.progress)
+                del trainer
+                gc.collect()
             evaluate(evaluation, progress=bench.progress)
             gc.collect()
         bar.update(1)

@@ -7,6 +7,7 @@ import importlib
 import json
 import math
 import re
+import shutil
 import tomllib
 from pathlib import Path
 
@@ -94,6 +95,22 @@ def test_runs_are_resumed_not_retrained(benchmark):
 def test_a_finished_benchmark_is_not_run_again(benchmark):
     _, out, _, before = benchmark
     assert mtimes(out) == before  # no checkpoint, metrics or evaluation rewritten
+
+
+def test_a_finished_run_is_finished_without_its_checkpoints(tmp_path, toy_model):
+    out = tmp_path / "bench"
+    args = toy_args(toy_model, out, "--seeds", "1", "--algos", "ppo")
+    main([*args, "--iterations", "1"])
+    run = out / "ppo" / "seed0"
+    shutil.rmtree(run / "checkpoints")  # what a user does to keep the disk: a CORY checkpoint is GBs
+    before = mtimes(out)
+    main([*args, "--iterations", "1", "--resume"])
+    assert mtimes(out) == before and not (run / "checkpoints").exists()  # not trained again, not evaluated again
+    settings = (out / "benchmark.json").read_text()
+    # Extending it would start it again from iteration 0: refused, and nothing is written.
+    with pytest.raises(UsageError, match=r"the finished runs ppo/seed0 \(1 iterations\) have no checkpoint left"):
+        main([*args, "--iterations", "2", "--resume"])
+    assert mtimes(out) == before and (out / "benchmark.json").read_text() == settings
 
 
 def test_report_rows_and_values(benchmark):
