@@ -133,9 +133,9 @@ def training_sections(learners: Iterable[str]) -> list[type]:
     >>> [s._argument_group_name.split(":")[0] for s in training_sections(["ppo", "grpo"])][2:5]
     ['Game', 'Learner', 'Learner ppo']
     """
-    sections = sections_for(TrainConfig.learner)
-    learner_part = [LMLearnerConfig, *dict.fromkeys(learner_section(name) for name in learners)]
-    sections = [*sections[:3], *learner_part, *sections[4:]]
+    task, model, game, _, *after = sections_for(TrainConfig.learner)  # after the learner's: generation, ...
+    own = dict.fromkeys(learner_section(name) for name in learners)
+    sections = [task, model, game, LMLearnerConfig, *own, *after]
     placed: set[str] = set()
     flags = []
     for section in sections:
@@ -224,20 +224,37 @@ def _prepare(out: Path, train: TrainConfig, bench: BenchmarkConfig) -> None:
     write_json(saved_path, _settings(train, bench))
 
 
-def _check_extendable(out: Path, iterations: int, folders: list[Path]) -> None:
-    """Refuse, before anything is written, to extend a finished run whose checkpoints were deleted: it would
-    start again from iteration 0."""
+def _evaluation(folder: Path, train: TrainConfig, bench: BenchmarkConfig) -> EvalConfig:
+    """The held-out evaluation of the run in ``folder``: the same prompts and sampling seed for every run."""
+    return EvalConfig(
+        checkpoint=str(folder),
+        split=bench.eval_split,
+        num_prompts=bench.eval_prompts,
+        samples_per_prompt=bench.eval_samples_per_prompt,
+        batch_size=bench.eval_batch_size,
+        seed=bench.eval_seed,
+        out=str(folder / "evaluation.json"),
+        device=train.device,
+    )
+
+
+def _check_finished_runs(out: Path, train: TrainConfig, bench: BenchmarkConfig, folders: list[Path]) -> None:
+    """Refuse, before anything is written, a --resume that needs the checkpoints a finished run no longer has
+    (deleted): a larger --iterations would train it again from iteration 0, other evaluation settings could
+    not evaluate it."""
     stuck = []
     for folder in folders:
-        if (folder / "evaluation.json").exists() and latest_checkpoint(folder) is None:
-            done = json.loads((folder / "evaluation.json").read_text())["policy"].get("iterations_trained", 0)
-            if done < iterations:
+        path = folder / "evaluation.json"
+        if path.exists() and latest_checkpoint(folder) is None:
+            if not _evaluation_is_current(path, _evaluation(folder, train, bench), train.iterations):
+                done = json.loads(path.read_text())["policy"].get("iterations_trained", 0)
                 stuck.append(f"{folder.relative_to(out)} ({done} iterations)")
     if stuck:
         raise UsageError(
-            f"--iterations {iterations}: the finished runs {', '.join(stuck)} have no checkpoint left to continue "
-            f"from (deleted), so extending them would train them again from iteration 0. Keep their --iterations, "
-            f"or start over with --overwrite"
+            f"the finished runs {', '.join(stuck)} have no checkpoint left (deleted), so they can be neither "
+            f"extended to --iterations {train.iterations} (they would train again from iteration 0) nor evaluated "
+            f"with other --eval-* settings. Keep their --iterations and evaluation settings, or start over with "
+            f"--overwrite"
         )
 
 
@@ -278,7 +295,7 @@ def run_benchmark(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
     out = Path(bench.out)
     runs = [(seed, algo) for seed in range(bench.seed, bench.seed + bench.seeds) for algo in bench.algos]
     if bench.resume:
-        _check_extendable(out, train.iterations, [run_dir(out, algo, seed) for seed, algo in runs])
+        _check_finished_runs(out, train, bench, [run_dir(out, algo, seed) for seed, algo in runs])
     out.mkdir(parents=True, exist_ok=True)
     _prepare(out, train, bench)
     bar = tqdm(total=len(runs), desc="benchmark", unit="run", disable=not bench.progress)
@@ -288,16 +305,7 @@ def run_benchmark(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
         config = dataclasses.replace(
             train, **for_algo(train, algo), seed=seed, out=str(folder), resume=True, overwrite=False
         )
-        evaluation = EvalConfig(
-            checkpoint=str(folder),
-            split=bench.eval_split,
-            num_prompts=bench.eval_prompts,
-            samples_per_prompt=bench.eval_samples_per_prompt,
-            batch_size=bench.eval_batch_size,
-            seed=bench.eval_seed,
-            out=str(folder / "evaluation.json"),
-            device=train.device,
-        )
+        evaluation = _evaluation(folder, train, bench)
         # Finished and evaluated with these settings: done, its checkpoints kept or deleted (a CORY one is GBs).
         if not _evaluation_is_current(folder / "evaluation.json", evaluation, config.iterations):
             if completed_iterations(folder) < config.iterations:

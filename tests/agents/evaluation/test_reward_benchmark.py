@@ -111,6 +111,10 @@ def test_a_finished_run_is_finished_without_its_checkpoints(tmp_path, toy_model)
     with pytest.raises(UsageError, match=r"the finished runs ppo/seed0 \(1 iterations\) have no checkpoint left"):
         main([*args, "--iterations", "2", "--resume"])
     assert mtimes(out) == before and (out / "benchmark.json").read_text() == settings
+    # So would evaluating it with other settings, which needs its weights.
+    with pytest.raises(UsageError, match=r"ppo/seed0 \(1 iterations\) .*nor evaluated with other --eval-\* settings"):
+        main([*args, "--iterations", "1", "--resume", "--eval-seed", "1"])
+    assert mtimes(out) == before and (out / "benchmark.json").read_text() == settings
 
 
 def test_report_rows_and_values(benchmark):
