@@ -39,6 +39,8 @@ else:
 
 #: The lock file's name inside the output folder.
 LOCK_NAME = ".run.lock"
+#: How long a refused run waits for the holder's record to appear, in seconds (see :func:`_wait_for_holder`).
+RECORD_WAIT = 2.0
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +117,7 @@ class RunLock:
         try:
             _lock(file)
         except OSError:
-            holder = _read_holder(file)
+            holder = _wait_for_holder(file)
             file.close()
             who = _describe(holder) if holder else "a process that has not yet written its record"
             stop = f" (kill {holder['pid']} stops it, keeping its last checkpoint)" if holder.get("pid") else ""
@@ -149,6 +151,18 @@ def _this_process() -> dict[str, Any]:
         "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv and sys.argv[0] else "",
     }
+
+
+def _wait_for_holder(file: IO[str]) -> dict[str, Any]:
+    """The record of the lock's holder, waiting up to :data:`RECORD_WAIT` seconds for it to be written.
+
+    A run writes its record just after it takes the lock, so a run refused in between (two runs
+    started together) would otherwise find the file empty and could not say who holds the folder.
+    """
+    deadline = time.monotonic() + RECORD_WAIT
+    while not (holder := _read_holder(file)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return holder
 
 
 def _read_holder(file: IO[str]) -> dict[str, Any]:

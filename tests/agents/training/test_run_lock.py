@@ -62,6 +62,36 @@ def test_the_lock_is_released_when_the_run_raises(tmp_path):
         assert again.held
 
 
+#: Takes the folder's lock the way a run does but writes its record only after sys.argv[2] seconds (never if < 0).
+HOLD_UNRECORDED = (
+    "import fcntl, json, os, sys, time; from agents.training.run_lock import LOCK_NAME; "
+    "file = open(os.path.join(sys.argv[1], LOCK_NAME), 'a+'); fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB); "
+    "print('held', flush=True); delay = float(sys.argv[2]); "
+    "delay >= 0 and (time.sleep(delay), file.write(json.dumps({'pid': os.getpid(), 'host': 'h'})), file.flush()); "
+    "time.sleep(120)"
+)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the holder takes the lock with flock")
+@pytest.mark.parametrize("delay", [0.3, -1.0])
+def test_a_run_refused_before_the_holder_wrote_its_record_waits_for_it(tmp_path, delay):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_UNRECORDED, str(tmp_path), str(delay)], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RunFolderInUseError) as refused:
+            RunLock(tmp_path).acquire()
+        if delay >= 0:  # the record came within the wait: the refusal names the holder
+            assert f"process {holder.pid} on h" in str(refused.value) and f"kill {holder.pid}" in str(refused.value)
+        else:  # it never came: the refusal says so instead of naming a process
+            assert "a process that has not yet written its record" in str(refused.value)
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+
+
 def test_two_runs_started_together_into_one_folder_one_is_refused(toy_model, tmp_path):
     out = tmp_path / "run"
     args = cli(
