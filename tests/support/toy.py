@@ -75,8 +75,11 @@ _calls = {"hanging_fraction_good": 0}
 
 def hanging_fraction_good(queries, responses, **_):
     """:func:`fraction_good`, except that the calls after the first ``TOY_REWARD_HANG_AFTER`` never return
-    (an hour's sleep); without that variable it never hangs."""
+    (an hour's sleep); without that variable it never hangs. A hanging call first creates the file
+    ``TOY_REWARD_HANG_MARK`` names, if set, so that a test can tell the hang has begun."""
     _calls["hanging_fraction_good"] += 1
     if _calls["hanging_fraction_good"] > int(os.environ.get("TOY_REWARD_HANG_AFTER", "1000000000")):
+        if mark := os.environ.get("TOY_REWARD_HANG_MARK"):
+            Path(mark).touch()
         time.sleep(3600)
     return fraction_good(queries, responses)

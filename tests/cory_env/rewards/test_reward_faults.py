@@ -203,20 +203,21 @@ def test_sigterm_during_a_hanging_reward_stops_the_run_keeping_the_last_checkpoi
             "tests.support.toy:hanging_fraction_good",
         )
     )
+    hanging = tmp_path / "hanging"
     run = subprocess.Popen(
         args,
-        env=cli_env() | {"TOY_REWARD_HANG_AFTER": "2"},
+        env=cli_env() | {"TOY_REWARD_HANG_AFTER": "2", "TOY_REWARD_HANG_MARK": str(hanging)},
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     deadline = time.monotonic() + 240
-    while [p.name for p in list_checkpoints(out)] != ["iter_000001.safetensors"] and time.monotonic() < deadline:
+    while not hanging.exists() and time.monotonic() < deadline:  # until the third call hangs
         assert run.poll() is None, run.communicate()[1][-2000:]
         time.sleep(0.2)
-    time.sleep(2)  # the third call now hangs
-    assert run.poll() is None
+    assert hanging.exists() and run.poll() is None
+    assert [p.name for p in list_checkpoints(out)] == ["iter_000001.safetensors"]
     run.send_signal(signal.SIGTERM)
     start = time.monotonic()
     _, stderr = run.communicate(timeout=60)
