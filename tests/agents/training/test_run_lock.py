@@ -12,6 +12,7 @@ import sys
 import pandas as pd
 import pytest
 
+from agents.training import run_lock
 from agents.training.run_lock import LOCK_NAME, RunFolderInUseError, RunLock
 from tests.support import ROOT
 from tests.support.runs import cli, cli_env, toy_cli_args
@@ -74,7 +75,9 @@ HOLD_UNRECORDED = (
 
 @pytest.mark.skipif(sys.platform == "win32", reason="the holder takes the lock with flock")
 @pytest.mark.parametrize("delay", [0.3, -1.0])
-def test_a_run_refused_before_the_holder_wrote_its_record_waits_for_it(tmp_path, delay):
+def test_a_run_refused_before_the_holder_wrote_its_record_waits_for_it(tmp_path, monkeypatch, delay):
+    if delay >= 0:  # a wait that a slow holder's record cannot outlast; it returns as soon as the record is there
+        monkeypatch.setattr(run_lock, "RECORD_WAIT", 60.0)
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLD_UNRECORDED, str(tmp_path), str(delay)], cwd=ROOT, stdout=subprocess.PIPE, text=True
     )

@@ -16,7 +16,7 @@ import pytest
 import torch
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-from agents.training.checkpoint import load_checkpoint
+from agents.training.checkpoint import checkpoint_iteration, list_checkpoints, load_checkpoint
 from agents.training.config import TrainConfig
 from agents.training.trainer import Trainer
 from tests.support import ROOT
@@ -63,9 +63,23 @@ def test_role_exchange_keeps_optimizer_and_controller_state(toy_model, tmp_path)
     assert len(set(coefs)) == 3  # the adaptive coefficient kept moving, never reset to its initial value
 
 
+#: The toy reward after a short sleep: the same numbers, and iterations long enough that a test's
+#: signal lands inside the run however slow the machine is to notice the moment it waits for.
+PACED = ("--reward", "tests.support.toy:slow_fraction_good")
+
+
+def toy_cli_env() -> dict[str, str]:
+    return cli_env() | {"TOY_REWARD_SLEEP": "0.2"}
+
+
 def run_toy_cli(model: Path, out: Path, *extra: str) -> None:
     subprocess.run(
-        cli(*toy_cli_args(model, out, *extra)), env=cli_env(), cwd=ROOT, check=True, capture_output=True, timeout=300
+        cli(*toy_cli_args(model, out, *extra)),
+        env=toy_cli_env(),
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=300,
     )
 
 
@@ -73,7 +87,7 @@ def start_toy_cli(model: Path, out: Path, *extra: str, wait_for: Callable[[], bo
     """The CLI in the background, returned once ``wait_for()`` holds (it must hold before the run ends)."""
     proc = subprocess.Popen(
         cli(*toy_cli_args(model, out, *extra)),
-        env=cli_env(),
+        env=toy_cli_env(),
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -135,10 +149,13 @@ def test_cli_help_explains_the_flags():
 @pytest.mark.parametrize("learner", ["ppo", "happo", "difference"])
 def test_resume_after_sigkill_matches_an_uninterrupted_run(toy_model, tmp_path, learner):
     args = ["--algo", "cory", "--iterations", "6", "--checkpoint-every", "1", "--role-exchange-period", "2"]
-    args += ["--learner", learner]
+    args += ["--learner", learner, *PACED]
     run_toy_cli(toy_model, tmp_path / "whole", *args)
     killed = tmp_path / "killed"
-    proc = start_toy_cli(toy_model, killed, *args, wait_for=(killed / "checkpoints" / "iter_000001.safetensors").exists)
+    # A checkpoint after the first iteration: each deletes the one before it (--keep-checkpoints 1).
+    proc = start_toy_cli(
+        toy_model, killed, *args, wait_for=lambda: any(checkpoint_iteration(p) >= 1 for p in list_checkpoints(killed))
+    )
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     done = pd.read_csv(killed / "metrics.csv")["iteration"].max()
@@ -152,7 +169,7 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(toy_model, tmp_path, 
 
 
 def test_sigterm_finishes_the_iteration_saves_a_checkpoint_and_the_resume_is_exact(toy_model, tmp_path):
-    args = ["--algo", "cory", "--iterations", "8", "--checkpoint-every", "100", "--role-exchange-period", "2"]
+    args = ["--algo", "cory", "--iterations", "8", "--checkpoint-every", "100", "--role-exchange-period", "2", *PACED]
     run_toy_cli(toy_model, tmp_path / "whole", *args)
     stopped = tmp_path / "stopped"
     metrics = stopped / "metrics.csv"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import threading
 import time
 
 import numpy as np
@@ -112,21 +111,28 @@ def test_the_default_limit_and_rewards_that_declare_themselves_slow():
             get_reward("vader", timeout=bad)
 
 
+def stopped_during_its_call(seconds):
+    """A reward that sleeps ``seconds`` after the run is asked to stop during its call (it sets the request itself,
+    so the request always comes after the call began, however late the thread runs)."""
+    called = {}
+
+    def scores(queries, responses, **_):
+        called["reward"].cancel.set()
+        time.sleep(seconds)
+        return [1.0] * len(responses)
+
+    called["reward"] = get_reward(scores, timeout=0)
+    return called["reward"]
+
+
 def test_a_cancelled_call_that_does_not_return_is_abandoned_after_the_grace(monkeypatch):
     monkeypatch.setattr("cory_env.rewards.base.CANCEL_GRACE_S", 0.5)
-    reward = get_reward(sleeping(30), timeout=0)
-    threading.Timer(0.3, reward.cancel.set).start()
+    reward = stopped_during_its_call(30)
     start = time.monotonic()
     with pytest.raises(RewardCallCancelled, match="was abandoned"):
         reward(QUERIES, RESPONSES)
     assert time.monotonic() - start < 5
-    reward = get_reward(sleeping(30), timeout=0)
-    threading.Timer(0.3, reward.cancel.set).start()
-    with pytest.raises(RewardCallCancelled):
-        reward(QUERIES, RESPONSES)
-    reward = get_reward(sleeping(0.2), timeout=0)  # one that returns within the grace is kept
-    threading.Timer(0.1, reward.cancel.set).start()
-    assert reward(QUERIES, RESPONSES) == [1.0, 1.0, 1.0]
+    assert stopped_during_its_call(0.2)(QUERIES, RESPONSES) == [1.0, 1.0, 1.0]  # one that returns within the grace
 
 
 def test_a_call_that_begins_after_the_stop_request_runs_to_its_end(monkeypatch):
