@@ -70,6 +70,18 @@ def slow_fraction_good(queries, responses, **_):
     return fraction_good(queries, responses)
 
 
+def gated_fraction_good(queries, responses, **_):
+    """:func:`fraction_good` once the file ``TOY_REWARD_GATE`` names exists (at most 300 s later): a run that a test
+    keeps alive until it has seen what it waits for."""
+    deadline = time.monotonic() + 300
+    while not Path(os.environ["TOY_REWARD_GATE"]).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return fraction_good(queries, responses)
+
+
+gated_fraction_good.slow = True  # no --reward-timeout: the wait is the test's
+
+
 _calls = {"hanging_fraction_good": 0}
 
 

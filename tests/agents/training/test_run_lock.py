@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pandas as pd
 import pytest
@@ -96,23 +97,31 @@ def test_a_run_refused_before_the_holder_wrote_its_record_waits_for_it(tmp_path,
 
 
 def test_two_runs_started_together_into_one_folder_one_is_refused(toy_model, tmp_path):
-    out = tmp_path / "run"
+    out, gate = tmp_path / "run", tmp_path / "gate"
     args = cli(
         *toy_cli_args(
-            toy_model, out, "--algo", "ppo", "--iterations", "3", "--reward", "tests.support.toy:slow_fraction_good"
+            toy_model, out, "--algo", "ppo", "--iterations", "3", "--reward", "tests.support.toy:gated_fraction_good"
         )
     )
-    environment = cli_env() | {"TOY_REWARD_SLEEP": "1", "OMP_NUM_THREADS": "1"}
+    # The run that takes the folder waits in its first reward call until the other has ended.
+    environment = cli_env() | {"TOY_REWARD_GATE": str(gate), "OMP_NUM_THREADS": "1"}
+    logs = [(tmp_path / f"stderr-{i}").open("w+") for i in range(2)]
     runs = [
-        subprocess.Popen(args, env=environment, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for _ in range(2)
+        subprocess.Popen(args, env=environment, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log, text=True)
+        for log in logs
     ]
-    results = [(run.pid, run.wait(timeout=300), run.stderr.read()) for run in runs]
-    for run in runs:
-        run.stdout.close()
-        run.stderr.close()
-    (winner, _, won), (loser, _, lost) = sorted(results, key=lambda r: r[1])
-    assert [r[1] for r in sorted(results, key=lambda r: r[1])] == [0, 1], [r[2][-2000:] for r in results]
+    deadline = time.monotonic() + 300
+    while all(run.poll() is None for run in runs) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    gate.touch()
+    codes = [run.wait(timeout=300) for run in runs]
+    stderrs = []
+    for log in logs:
+        log.seek(0)
+        stderrs.append(log.read())
+        log.close()
+    assert sorted(codes) == [0, 1], [text[-2000:] for text in stderrs]
+    winner, lost = runs[codes.index(0)].pid, stderrs[codes.index(1)]
     assert f"{out} is in use by another run: process {winner} on" in lost and "Traceback" not in lost
     assert pd.read_csv(out / "metrics.csv")["iteration"].tolist() == [0, 1, 2]  # the winner's rows, once
 
