@@ -61,6 +61,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/frontier.py` from anywhere
 
+from agents.evaluation.report import write_sections  # noqa: E402
 from agents.evaluation.statistics import mean_ci, welch_test  # noqa: E402
 from agents.training.metrics import SAMPLES_FILE, read_metrics  # noqa: E402
 from agents.training.plots import plot_comparison  # noqa: E402
@@ -950,7 +951,6 @@ def claims_table(runs: Sequence[Run], base_distinct_2: float, reproduction: dict
 
 def update_page(page: Path, claims: list[str], body: list[str], report: Path) -> None:
     """Write ``claims`` and ``body`` (the report, its headings one level down) between their markers in ``page``."""
-    text = page.read_text(encoding="utf-8")
     folder = os.path.relpath(report, page.parent)
     body = [
         line.replace("](frontier.png)", f"]({folder}/frontier.png)").replace(
@@ -959,12 +959,13 @@ def update_page(page: Path, claims: list[str], body: list[str], report: Path) ->
         for line in body
     ]
     body = ["#" + line if line.startswith("#") else line for line in body]
-    for (start, end), lines in ((CLAIMS_MARKERS, claims), (REPORT_MARKERS, body)):
-        if start not in text or end not in text:
-            raise SystemExit(f"{page} lacks the markers {start} ... {end}: put them where the report goes")
-        head, _, rest = text.partition(start)
-        text = head + start + "\n" + "\n".join(lines).strip("\n") + "\n" + end + rest.partition(end)[2]
-    page.write_text(text, encoding="utf-8")
+    sections = {
+        markers: "\n".join(lines).strip("\n") for markers, lines in ((CLAIMS_MARKERS, claims), (REPORT_MARKERS, body))
+    }
+    try:
+        write_sections(page, sections)
+    except ValueError as missing:
+        raise SystemExit(str(missing)) from None
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -42,7 +42,7 @@ from agents.evaluation.benchmark_report import (  # noqa: E402
     run_dir,
     with_mean_of_learners,
 )
-from agents.evaluation.report import fmt, write_json  # noqa: E402
+from agents.evaluation.report import fmt, write_json, write_sections  # noqa: E402
 from agents.evaluation.statistics import mean_ci, welch_test  # noqa: E402
 from agents.training.metrics import read_metrics  # noqa: E402
 from benchmarks import multi_agent  # noqa: E402
@@ -157,7 +157,6 @@ def section(result: dict) -> str:
         weights.append(line)
     return "\n".join(
         [
-            MARKERS[0],
             "",
             f"{seeds} of {SEEDS} seeds with the clip (docs/multi-agent/happo-clip/), against the comparison's "
             f"{reference} HAPPO seeds without it. Mean of the two learners, mean [{CONFIDENCE:.0%} interval] over seeds; "
@@ -173,15 +172,8 @@ def section(result: dict) -> str:
             "",
             f"![HAPPO with and without the clip](multi-agent/happo-clip/{PLOT})",
             "",
-            MARKERS[1],
         ]
     )
-
-
-def write_page(result: dict, page: Path = PAGE) -> None:
-    text = page.read_text()
-    start, end = text.index(MARKERS[0]), text.index(MARKERS[1]) + len(MARKERS[1])
-    page.write_text(text[:start] + section(result) + text[end:])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -205,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
     result = compare(args.archive, args.unclipped)
     plot(args.archive, args.unclipped, args.archive / PLOT)
     write_json(args.archive / "comparison.json", result)
-    write_page(result, args.page)
+    write_sections(args.page, {MARKERS: section(result)})
     print(section(result))
 
 

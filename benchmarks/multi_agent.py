@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmar
 
 from agents.evaluation import reward_benchmark  # noqa: E402
 from agents.evaluation.benchmark_report import MEAN_OF_LEARNERS, format_report, run_dir, write_report  # noqa: E402
-from agents.evaluation.report import fmt  # noqa: E402
+from agents.evaluation.report import fmt, write_sections  # noqa: E402
 from agents.training.metrics import read_metrics  # noqa: E402
 from agents.training.plots import learner_columns  # noqa: E402
 
@@ -129,7 +129,6 @@ def write_page(result: dict, seeds: int, planned: int = SEEDS, page: Path = PAGE
     relative = ", ".join(f"{NAMES[a]} {cost[a]['mean'] / base:.2f}x" for a in ARMS[1:] if a in cost)
     body = "\n".join(
         [
-            MARKERS[0],
             "",
             f"{seeds} of {planned} seeds archived (docs/multi-agent/). Differences against CORY over seeds, "
             f"[{CONFIDENCE:.0%} interval], Welch's p (an interval that holds 0 is no detected difference):",
@@ -144,12 +143,9 @@ def write_page(result: dict, seeds: int, planned: int = SEEDS, page: Path = PAGE
             "cory-bench's report of the archived runs, as it wrote it:",
             "",
             format_report(result).split("\n", 1)[1].replace("](", "](multi-agent/"),
-            MARKERS[1],
         ]
     )
-    text = page.read_text()
-    start, end = text.index(MARKERS[0]), text.index(MARKERS[1]) + len(MARKERS[1])
-    page.write_text(text[:start] + body + text[end:])
+    write_sections(page, {MARKERS: body})
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -15,7 +15,7 @@ with 95% t-intervals), Welch's test of N = 3 against N = 2, and the final task r
 chain position. Where a run of the chain of two is missing from ``--root`` its copy in
 docs/reproduction/runs is used (the reproduction study's CORY runs).
 
-    python benchmarks/teams_report.py
+    python -m benchmarks.teams_report
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from agents.evaluation.report import write_sections
 from agents.evaluation.statistics import mean_ci, welch_test
 from agents.training.metrics import read_metrics
 from agents.training.plots import learner_columns, plot_comparison
@@ -127,10 +128,8 @@ def main(argv: list[str] | None = None) -> None:
     plot_positions(frames, report / "positions.png")
     copy_runs(report / "runs", {f"{c}-seed{s}": folder for c, fs in folders.items() for s, folder in fs.items()})
     page = Path(args.page)
-    text = page.read_text()
-    if BEGIN in text and END in text:
-        head, _, rest = text.partition(BEGIN)
-        page.write_text(head + BEGIN + "\n" + "\n".join(lines) + "\n" + END + rest.partition(END)[2])
+    if BEGIN in (text := page.read_text()) and END in text:
+        write_sections(page, {(BEGIN, END): "\n".join(lines)})
     print("\n".join(lines))
 
 

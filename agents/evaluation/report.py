@@ -1,4 +1,4 @@
-"""Writing evaluation results: strict JSON, and readable Markdown tables.
+"""Writing evaluation results: strict JSON, readable Markdown tables, a script's section of a page.
 
 Shared by :mod:`agents.evaluation.held_out` (``cory-eval``) and
 :mod:`agents.evaluation.reward_benchmark` (``cory-bench``).
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,23 @@ def write_json(path: str | Path, data: Any) -> Path:
     tmp.write_text(json.dumps(jsonable(data), indent=2, allow_nan=False) + "\n", encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+def write_sections(page: str | Path, sections: Mapping[tuple[str, str], str]) -> None:
+    """Replace what lies between each pair of markers in ``page`` with its body (each marker stays on a line of
+    its own), so that a script rewrites its sections of a hand-written page and leaves the rest as it was.
+
+    Raises :class:`ValueError` naming the page and the markers it lacks, before writing anything.
+    """
+    page = Path(page)
+    text = page.read_text(encoding="utf-8")
+    for start, end in sections:
+        if start not in text or end not in text:
+            raise ValueError(f"{page} lacks the markers {start} ... {end}: put them where the section goes")
+    for (start, end), body in sections.items():
+        head, _, rest = text.partition(start)
+        text = head + start + "\n" + body + "\n" + end + rest.partition(end)[2]
+    page.write_text(text, encoding="utf-8")
 
 
 def fmt(value: Any, spread: Any = None, digits: int = 3) -> str:
