@@ -12,7 +12,7 @@ export TOKENIZERS_PARALLELISM ?= false
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml setup.py Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	# torch: the CPU build unless CUDA is present (never a multi-GB CUDA download on a laptop):

@@ -12,5 +12,5 @@
 =================  ==================================================================
 
 docs/architecture.md follows one training iteration through them. CHANGELOG.md lists where the
-modules of cory-env 0.1's flat ``agents/`` went (``agents.ppo`` is ``agents.learners.ppo``, ...).
+modules of cory-env 0.1's flat ``agents/`` went (``agents.ppo`` is ``cory_agents.learners.ppo``, ...).
 """

@@ -4,7 +4,7 @@ Builds a model of the embedded SmolLM2-135M's architecture (random weights, GPT-
 tokenizer) when the embedded package is not installed, then on the GPU:
 
 1. greedy decoding through the environment (KV cache, left padding) equals ``generate``, also
-   with the prompts prefilled padding-free (:mod:`agents.speed.padding_free`, as the trainer does);
+   with the prompts prefilled padding-free (:mod:`cory_agents.speed.padding_free`, as the trainer does);
 2. rollout tokens/s through environment + agent against ``generate`` (batch 16, sampling);
 3. training iterations (CORY and PPO, full fine-tuning and LoRA, bf16): seconds and peak
    GPU memory; the same settings as benchmarks/iteration.py's CPU figures, batch 64;
@@ -30,10 +30,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.acting.actor import LMActor  # noqa: E402
-from agents.speed import padding_free  # noqa: E402
-from agents.training.config import TrainConfig  # noqa: E402
-from agents.training.trainer import Trainer  # noqa: E402
+from cory_agents.acting.actor import LMActor  # noqa: E402
+from cory_agents.speed import padding_free  # noqa: E402
+from cory_agents.training.config import TrainConfig  # noqa: E402
+from cory_agents.training.trainer import Trainer  # noqa: E402
 from cory_env import env  # noqa: E402
 from cory_env.tasks.sentiment import sentiment_prompts  # noqa: E402
 
@@ -245,7 +245,7 @@ def main() -> None:
         tokenizer = load_tokenizer(name)
         model = load_causal_lm(name, device=dev).eval()
         results["greedy_env_equals_generate"] = greedy_matches_generate(model, tokenizer, dev)
-        padding_free.enable(model)  # the actor now prefills padding-free (agents.speed.padding_free)
+        padding_free.enable(model)  # the actor now prefills padding-free (cory_agents.speed.padding_free)
         results["greedy_env_padding_free_prefill_equals_generate"] = greedy_matches_generate(model, tokenizer, dev)
         model.set_attn_implementation("sdpa")
         print(json.dumps(results), flush=True)

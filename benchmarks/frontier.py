@@ -61,10 +61,6 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/frontier.py` from anywhere
 
-from agents.evaluation.report import write_sections  # noqa: E402
-from agents.evaluation.statistics import mean_ci, welch_test  # noqa: E402
-from agents.training.metrics import SAMPLES_FILE, read_metrics  # noqa: E402
-from agents.training.plots import plot_comparison  # noqa: E402
 from benchmarks import reproduce  # noqa: E402
 from benchmarks.reproduce import (  # noqa: E402
     INCONCLUSIVE,
@@ -81,6 +77,10 @@ from benchmarks.reproduce import (  # noqa: E402
     side,
     table,
 )
+from cory_agents.evaluation.report import write_sections  # noqa: E402
+from cory_agents.evaluation.statistics import mean_ci, welch_test  # noqa: E402
+from cory_agents.training.metrics import SAMPLES_FILE, read_metrics  # noqa: E402
+from cory_agents.training.plots import plot_comparison  # noqa: E402
 from cory_env.models import EMBEDDED_MODEL  # noqa: E402
 
 EVALUATE_SCRIPT = REPO / "examples" / "evaluate.py"

@@ -35,8 +35,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agents.distributed.data_parallel import fingerprint  # noqa: E402
-from agents.training.checkpoint import latest_checkpoint, load_checkpoint  # noqa: E402
+from cory_agents.distributed.data_parallel import fingerprint  # noqa: E402
+from cory_agents.training.checkpoint import latest_checkpoint, load_checkpoint  # noqa: E402
 from tests.support.toy import save_tiny_llama, toy_tokenizer  # noqa: E402
 
 CONFIGS = ROOT / "examples" / "accelerate"

@@ -1,6 +1,6 @@
 """HAPPO's weight clipped: ``--happo-factor-clip 2`` against the unclipped HAPPO runs of the multi-agent comparison.
 
-HAPPO's weight ``M`` (agents.learners.happo) is the product of the earlier agents' probability ratios of
+HAPPO's weight ``M`` (cory_agents.learners.happo) is the product of the earlier agents' probability ratios of
 their whole answers. In the comparison's HAPPO runs on the embedded model (docs/multi-agent/cory-happo)
 it reached 10^5-10^6 on some conversations: one conversation's advantage then outweighs the batch's.
 This study trains the same runs with the weight clipped to [1/2, 2]:
@@ -32,8 +32,9 @@ from matplotlib.figure import Figure
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/happo_clip.py` from anywhere
 
-from agents.evaluation import reward_benchmark  # noqa: E402
-from agents.evaluation.benchmark_report import (  # noqa: E402
+from benchmarks import multi_agent  # noqa: E402
+from cory_agents.evaluation import reward_benchmark  # noqa: E402
+from cory_agents.evaluation.benchmark_report import (  # noqa: E402
     MEAN_OF_LEARNERS,
     TRAIN_METRICS,
     final_training_metrics,
@@ -42,10 +43,9 @@ from agents.evaluation.benchmark_report import (  # noqa: E402
     run_dir,
     with_mean_of_learners,
 )
-from agents.evaluation.report import fmt, write_json, write_sections  # noqa: E402
-from agents.evaluation.statistics import mean_ci, welch_test  # noqa: E402
-from agents.training.metrics import read_metrics  # noqa: E402
-from benchmarks import multi_agent  # noqa: E402
+from cory_agents.evaluation.report import fmt, write_json, write_sections  # noqa: E402
+from cory_agents.evaluation.statistics import mean_ci, welch_test  # noqa: E402
+from cory_agents.training.metrics import read_metrics  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 ARM = "cory:happo"

@@ -15,13 +15,13 @@ memory is at most 1.3x PPO's; our CORY needs at most 40% of the authors' CORY ti
     python benchmarks/iteration.py                 # full fine-tuning and LoRA, PPO and CORY
     python benchmarks/iteration.py --bf16          # the same under bfloat16 autocast
     python benchmarks/iteration.py --no-lora --host-memory-ablation   # also CORY with freed memory
-                                                   # returned to the OS (agents.speed.host_memory)
+                                                   # returned to the OS (cory_agents.speed.host_memory)
     python benchmarks/iteration.py --no-lora --cpu-linear-ablation    # also CORY with plain nn.Linear
-                                                   # layers (agents.speed.cpu_linear)
+                                                   # layers (cory_agents.speed.cpu_linear)
     python benchmarks/iteration.py --no-lora --padding-free-ablation  # also CORY with padded passes
-                                                   # (agents.speed.padding_free off)
+                                                   # (cory_agents.speed.padding_free off)
     python benchmarks/iteration.py --no-lora --scoring-reuse-ablation # also CORY with PPO's separate
-                                                   # scoring pass (agents.speed.scoring_reuse off)
+                                                   # scoring pass (cory_agents.speed.scoring_reuse off)
     python benchmarks/iteration.py --lora-only --gradient-checkpointing-observer   # CORY recomputes
                                                    # activations in the observer's update only
     python benchmarks/iteration.py --learner grpo --no-lora --padding-free-ablation   # GRPO learners
@@ -88,8 +88,8 @@ def child(spec: dict) -> None:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from agents.training.config import TrainConfig
-    from agents.training.trainer import Trainer
+    from cory_agents.training.config import TrainConfig
+    from cory_agents.training.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as out:
         config = TrainConfig(**spec["config"], out=out, report_to="none")
@@ -242,17 +242,17 @@ def main() -> None:
     p.add_argument(
         "--cpu-linear-ablation",
         action="store_true",
-        help="also run CORY with plain nn.Linear layers (no agents.speed.cpu_linear layouts)",
+        help="also run CORY with plain nn.Linear layers (no cory_agents.speed.cpu_linear layouts)",
     )
     p.add_argument(
         "--padding-free-ablation",
         action="store_true",
-        help="also run CORY with padded scoring and training passes (no agents.speed.padding_free)",
+        help="also run CORY with padded scoring and training passes (no cory_agents.speed.padding_free)",
     )
     p.add_argument(
         "--scoring-reuse-ablation",
         action="store_true",
-        help="also run CORY with PPO's separate no-grad scoring pass (no agents.speed.scoring_reuse)",
+        help="also run CORY with PPO's separate no-grad scoring pass (no cory_agents.speed.scoring_reuse)",
     )
     p.add_argument(
         "--chain-lengths",

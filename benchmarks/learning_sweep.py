@@ -3,7 +3,7 @@
 Each setting is an ordinary ``examples/train_cory.py`` run (one subprocess each, so every run
 starts from a clean process) at a fixed seed; the table says, per run and learner, whether the
 task reward rose: the mean of the last 3 iterations against the first 3, in standard errors of
-that difference from the batches' reward std (:func:`agents.evaluation.statistics.reward_rise`; the
+that difference from the batches' reward std (:func:`cory_agents.evaluation.statistics.reward_rise`; the
 criterion is a rise of at least 2). Runs live under ``--root``, outside the work tree: a
 finished run is read, not rerun, and a stopped one continues from its newest checkpoint, so
 the sweep can be stopped and started again.
@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.evaluation.statistics import reward_rise
-from agents.training.metrics import read_metrics
-from agents.training.plots import plot_comparison
+from cory_agents.evaluation.statistics import reward_rise
+from cory_agents.training.metrics import read_metrics
+from cory_agents.training.plots import plot_comparison
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,6 +1,6 @@
 """Multi-agent algorithms compared: CORY (independent PPO), HAPPO and difference rewards, through cory-bench.
 
-Every run is a cory-bench run (``agents.evaluation.reward_benchmark``) at the training defaults on
+Every run is a cory-bench run (``cory_agents.evaluation.reward_benchmark``) at the training defaults on
 the embedded model, on the sentiment task, one ``--algos`` entry per algorithm, CORY first (the
 baseline every other is tested against):
 
@@ -35,11 +35,11 @@ from matplotlib.figure import Figure
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/multi_agent.py` from anywhere
 
-from agents.evaluation import reward_benchmark  # noqa: E402
-from agents.evaluation.benchmark_report import MEAN_OF_LEARNERS, format_report, run_dir, write_report  # noqa: E402
-from agents.evaluation.report import fmt, write_sections  # noqa: E402
-from agents.training.metrics import read_metrics  # noqa: E402
-from agents.training.plots import learner_columns  # noqa: E402
+from cory_agents.evaluation import reward_benchmark  # noqa: E402
+from cory_agents.evaluation.benchmark_report import MEAN_OF_LEARNERS, format_report, run_dir, write_report  # noqa: E402
+from cory_agents.evaluation.report import fmt, write_sections  # noqa: E402
+from cory_agents.training.metrics import read_metrics  # noqa: E402
+from cory_agents.training.plots import learner_columns  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 ARMS = ("cory", "cory:happo", "cory:difference")

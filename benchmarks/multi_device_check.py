@@ -32,10 +32,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agents.distributed.data_parallel import fingerprint  # noqa: E402
-from agents.training.checkpoint import latest_checkpoint, load_checkpoint  # noqa: E402
-from agents.training.config import TrainConfig  # noqa: E402
-from agents.training.trainer import Trainer  # noqa: E402
+from cory_agents.distributed.data_parallel import fingerprint  # noqa: E402
+from cory_agents.training.checkpoint import latest_checkpoint, load_checkpoint  # noqa: E402
+from cory_agents.training.config import TrainConfig  # noqa: E402
+from cory_agents.training.trainer import Trainer  # noqa: E402
 from tests.support.toy import fraction_good, save_tiny_llama, toy_tokenizer  # noqa: E402
 
 PROMPTS = ["the movie was", "the plot is", "acting is very"]

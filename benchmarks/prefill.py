@@ -1,8 +1,8 @@
 """Prompt prefill of a rollout: padding-free (the default) against the padded batch.
 
 A rollout's first forward pass per turn runs each learner's prompts through the model to fill
-its KV cache. :class:`agents.acting.actor.LMActor` runs it padding-free when the model has
-:mod:`agents.speed.padding_free` enabled: each context's real tokens only, and the tokens contexts
+its KV cache. :class:`cory_agents.acting.actor.LMActor` runs it padding-free when the model has
+:mod:`cory_agents.speed.padding_free` enabled: each context's real tokens only, and the tokens contexts
 start with in common (a template's head, a GRPO group's prompt) once; the cache is then laid out
 as a padded prefill leaves it. This script plays one rollout of the trainer at the given
 settings, keeps the observation each agent prefilled, and then times that prefill with the
@@ -41,9 +41,9 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import torch
 
-    from agents.acting.actor import LMActor
-    from agents.training.config import TrainConfig
-    from agents.training.trainer import Trainer
+    from cory_agents.acting.actor import LMActor
+    from cory_agents.training.config import TrainConfig
+    from cory_agents.training.trainer import Trainer
     from cory_env.models import hugging_face_model
 
     tokens = args.new_tokens or (48 if args.task == "gsm8k" else 10)

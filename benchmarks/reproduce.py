@@ -63,9 +63,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from agents.evaluation.statistics import mean_ci, welch_test
-from agents.training.metrics import SAMPLES_FILE, read_metrics
-from agents.training.plots import learner_columns, plot_comparison, plot_kl_vs_reward
+from cory_agents.evaluation.statistics import mean_ci, welch_test
+from cory_agents.training.metrics import SAMPLES_FILE, read_metrics
+from cory_agents.training.plots import learner_columns, plot_comparison, plot_kl_vs_reward
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_SCRIPT = REPO / "examples" / "train_cory.py"

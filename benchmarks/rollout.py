@@ -5,7 +5,7 @@ shared and noisy), with the same model, batch, prompts, response length and samp
 (``do_sample=True, top_k=0, top_p=1.0, temperature=1.0``, the paper's setting):
 
 * environment: one whole batched episode of ``cory_env.env`` (pioneer turn, then the
-  observer turn) played by one :class:`agents.acting.actor.LMActor` serving both agents.
+  observer turn) played by one :class:`cory_agents.acting.actor.LMActor` serving both agents.
   The timer covers everything a rollout pays: ``reset()`` (prompt sampling,
   tokenization), ``last()``/``observe``, every ``act()`` (one incremental forward per
   token step, KV cache per agent), ``step()``, the turn ends (decoding, the observer's
@@ -43,8 +43,8 @@ import time
 import numpy as np
 import torch
 
-from agents.acting.actor import LMActor
-from agents.speed.cpu_linear import use_cpu_linear
+from cory_agents.acting.actor import LMActor
+from cory_agents.speed.cpu_linear import use_cpu_linear
 from cory_env import env
 from cory_env.models import EMBEDDED_MODEL, load_causal_lm, load_tokenizer
 from cory_env.tasks.sentiment import sentiment_prompts

@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from agents.evaluation.report import write_sections
-from agents.evaluation.statistics import mean_ci, welch_test
-from agents.training.metrics import read_metrics
-from agents.training.plots import learner_columns, plot_comparison
 from benchmarks.reproduce import METRICS, REPO, copy_runs, curve, difference, iterations_done, run_dir
+from cory_agents.evaluation.report import write_sections
+from cory_agents.evaluation.statistics import mean_ci, welch_test
+from cory_agents.training.metrics import read_metrics
+from cory_agents.training.plots import learner_columns, plot_comparison
 
 CONFIGS = {"cory": "CORY, 2 agents", "cory-3-agents": "CORY, 3 agents"}
 BEGIN, END = "<!-- experiment -->", "<!-- /experiment -->"

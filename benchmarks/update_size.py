@@ -29,11 +29,11 @@ import numpy as np
 import torch
 from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
-from agents.algorithms.advantages import explained_variance, gae, whiten
-from agents.algorithms.kl import token_rewards
-from agents.speed import padding_free
-from agents.training.config import TrainConfig
-from agents.training.trainer import Trainer
+from cory_agents.algorithms.advantages import explained_variance, gae, whiten
+from cory_agents.algorithms.kl import token_rewards
+from cory_agents.speed import padding_free
+from cory_agents.training.config import TrainConfig
+from cory_agents.training.trainer import Trainer
 from cory_env.models import hugging_face_model
 
 

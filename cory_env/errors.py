@@ -6,7 +6,7 @@ command-line tools print a :class:`CoryError` as one line, ``cory-train: error: 
 and exit with its :attr:`~CoryError.exit_code`: 2 for a :class:`UsageError` (a setting or
 argument that cannot work, as argparse does), 1 otherwise. ``--debug`` (or ``CORY_DEBUG=1``)
 shows the traceback as well; an exception of any other class keeps its traceback always,
-since it is not one the package knows how to explain (:mod:`agents.cli.errors`).
+since it is not one the package knows how to explain (:mod:`cory_agents.cli.errors`).
 """
 
 from __future__ import annotations

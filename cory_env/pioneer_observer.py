@@ -40,7 +40,7 @@ answers of the first `k` positions given: only positions `k` to `N-1` play (`age
 and position `k`'s prompt is rendered from the given answers. Nothing is drawn from the
 environment's generator (unless ``seed`` is given too). A counterfactual: what the later agents
 answer, and earn, when an earlier answer is another, or blank
-(:class:`~agents.learners.difference.DifferenceRewards`). Replays are the raw environment's:
+(:class:`~cory_agents.learners.difference.DifferenceRewards`). Replays are the raw environment's:
 call them on a copy of ``env.unwrapped`` (``copy.copy``), which keeps the played episode's texts;
 CORY's wrappers refuse them.
 

@@ -15,8 +15,8 @@ import time
 import numpy as np
 import torch
 
-from agents.acting.actor import LMActor
-from agents.cli.errors import RETIRED_EVAL_FLAGS, add_debug_flag, one_line_errors, refuse_retired_flags
+from cory_agents.acting.actor import LMActor
+from cory_agents.cli.errors import RETIRED_EVAL_FLAGS, add_debug_flag, one_line_errors, refuse_retired_flags
 from cory_env import CollectiveRewardWrapper, RoleExchangeWrapper, env
 from cory_env.models import EMBEDDED_MODEL, load_causal_lm, load_tokenizer
 from cory_env.rewards.sentiment import vader_sentiment

@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from agents.training.metrics import METRICS_FILE
-from agents.training.plots import plot_comparison, plot_run
+from cory_agents.training.metrics import METRICS_FILE
+from cory_agents.training.plots import plot_comparison, plot_run
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -27,8 +27,8 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 
 import cory_env
-from agents.integrations.sb3 import RolloutMetricsCallback, episode_rewards, token_policy_kwargs
-from agents.training.plots import plot_run
+from cory_agents.integrations.sb3 import RolloutMetricsCallback, episode_rewards, token_policy_kwargs
+from cory_agents.training.plots import plot_run
 from cory_env.tasks.toy import TOY_PROMPTS, add_task_arguments, reward_from_arguments, toy_tokenizer
 
 

@@ -34,15 +34,15 @@ from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
 
 import cory_env
-from agents.integrations.torchrl import (
+from cory_agents.integrations.torchrl import (
     episode_rewards,
     finished_episode_rewards,
     fixed_token_policy,
     token_actor,
     token_critic,
 )
-from agents.training.metrics import MetricsLogger
-from agents.training.plots import plot_run
+from cory_agents.training.metrics import MetricsLogger
+from cory_agents.training.plots import plot_run
 from cory_env.tasks.toy import TOY_PROMPTS, add_task_arguments, reward_from_arguments, toy_tokenizer
 
 # TorchRL warns for every PettingZoo release but 1.24.3; this one is tested with it

@@ -76,7 +76,7 @@ def test_every_nav_page_is_built(site):
 
 
 def test_cli_page_is_the_scripts_own_help(site):
-    from agents.training.config import TrainConfig
+    from cory_agents.training.config import TrainConfig
 
     html = text(page(site, "cli"))
     assert "cli-reference" not in html
@@ -110,12 +110,12 @@ def test_api_page_documents_the_public_api(site):
         "cory_env.rewards.base.RewardFunctionError",
         "cory_env.tasks.sentiment.sentiment_prompts",
         "cory_env.models.load_causal_lm",
-        "agents.acting.actor.LMActor",
-        "agents.learners.ppo.PPOLearner",
-        "agents.learners.ppo.PPOConfig",
-        "agents.training.trainer.Trainer",
-        "agents.training.config.TrainConfig",
-        "agents.training.registry.LEARNERS",
+        "cory_agents.acting.actor.LMActor",
+        "cory_agents.learners.ppo.PPOLearner",
+        "cory_agents.learners.ppo.PPOConfig",
+        "cory_agents.training.trainer.Trainer",
+        "cory_agents.training.config.TrainConfig",
+        "cory_agents.training.registry.LEARNERS",
     ):
         assert f'id="{identifier}"' in html, identifier
     # Sphinx roles became links or code, doctest prompts became code blocks.
@@ -124,8 +124,8 @@ def test_api_page_documents_the_public_api(site):
     assert "doctest:" not in html
 
 
-def _modules(package: str) -> list[str]:
-    path = [str(ROOT / package.replace(".", "/"))]
+def _modules(package: str, folder: str = "") -> list[str]:
+    path = [str(ROOT / (folder or package))]
     found = []
     for info in pkgutil.walk_packages(path, prefix=f"{package}."):
         if not info.ispkg and not info.name.rsplit(".", 1)[-1].startswith("_"):
@@ -135,7 +135,7 @@ def _modules(package: str) -> list[str]:
 
 def test_every_module_is_in_the_api_page():
     documented = re.findall(r"^::: ([\w.]+)", (DOCS / "api.md").read_text(encoding="utf-8"), flags=re.M)
-    for module in _modules("cory_env") + _modules("agents"):
+    for module in _modules("cory_env") + _modules("cory_agents", "agents"):
         assert any(d == module or d.startswith(module + ".") for d in documented), (
             f"{module} is not in docs/api.md: add a '::: {module}' line in its section"
         )

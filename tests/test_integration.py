@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from agents.acting.actor import LMActor
+from cory_agents.acting.actor import LMActor
 from cory_env import CollectiveRewardWrapper, RoleExchangeWrapper, env
 from cory_env.rewards.sentiment import vader_sentiment
 from cory_env.tasks.sentiment import sentiment_prompts
@@ -78,9 +78,9 @@ def test_ppo_at_the_default_settings_raises_the_embedded_models_sentiment(tmp_pa
     30 iterations at seed 0, the task reward's last 3 iterations above its first 3 by 2 standard errors."""
     import pandas as pd
 
-    from agents.evaluation.statistics import reward_rise
-    from agents.training.config import TrainConfig
-    from agents.training.trainer import Trainer
+    from cory_agents.evaluation.statistics import reward_rise
+    from cory_agents.training.config import TrainConfig
+    from cory_agents.training.trainer import Trainer
 
     config = TrainConfig(
         algo="ppo", iterations=30, seed=0, out=str(tmp_path), report_to="none", save_model=False, checkpoint_every=100

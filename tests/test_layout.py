@@ -23,7 +23,7 @@ def test_the_old_module_paths_are_retired_as_the_changelog_says():
 
 def test_the_checkpoint_tool_runs_as_a_command():
     result = subprocess.run(
-        [sys.executable, "-m", "agents.training.checkpoint", "--help"],
+        [sys.executable, "-m", "cory_agents.training.checkpoint", "--help"],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -35,7 +35,7 @@ def test_the_checkpoint_tool_runs_as_a_command():
 
 def test_every_subpackage_says_what_it_holds():
     for folder in sorted(p for p in (ROOT / "agents").iterdir() if (p / "__init__.py").exists()):
-        module = importlib.import_module(f"agents.{folder.name}")
+        module = importlib.import_module(f"cory_agents.{folder.name}")
         assert module.__doc__ and len(module.__doc__.split()) > 5, folder.name
 
 
@@ -44,9 +44,9 @@ def test_the_commands_are_console_scripts_and_the_examples_run_them():
 
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     for command, module, example in (
-        ("cory-train", "agents.cli.train", "train_cory.py"),
-        ("cory-eval", "agents.cli.evaluate", "evaluate.py"),
-        ("cory-export", "agents.cli.export", "export_model.py"),
+        ("cory-train", "cory_agents.cli.train", "train_cory.py"),
+        ("cory-eval", "cory_agents.cli.evaluate", "evaluate.py"),
+        ("cory-export", "cory_agents.cli.export", "export_model.py"),
     ):
         assert scripts[command] == f"{module}:main"
         spec = importlib.util.spec_from_file_location(f"_example_{example[:-3]}", ROOT / "examples" / example)
@@ -73,15 +73,15 @@ def test_no_module_has_much_over_400_lines_of_code():
 
 
 def test_learners_actors_and_their_math_never_import_a_speed_mechanism():
-    """A run switches speed mechanisms on (agents.training.build, .registry): a padding-free model
+    """A run switches speed mechanisms on (cory_agents.training.build, .registry): a padding-free model
     packs its own passes, so acting/ and learners/ call a model one plain way and read the same
     without them. Checked through every import, not only the direct ones."""
     import ast
 
     for folder in ("learners", "algorithms", "acting"):
         for path in sorted((ROOT / "agents" / folder).glob("*.py")):
-            module = f"agents.{folder}.{path.stem}".removesuffix(".__init__")
-            probe = f"import sys, {module}; print(sorted(m for m in sys.modules if m.startswith('agents.speed')))"
+            module = f"cory_agents.{folder}.{path.stem}".removesuffix(".__init__")
+            probe = f"import sys, {module}; print(sorted(m for m in sys.modules if m.startswith('cory_agents.speed')))"
             result = subprocess.run(
                 [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300
             )
@@ -89,12 +89,12 @@ def test_learners_actors_and_their_math_never_import_a_speed_mechanism():
             assert result.stdout.strip() == "[]", f"{module} imports {result.stdout.strip()}"
             tree = ast.parse(path.read_text())
             imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
-            assert not [m for m in imported if m.startswith("agents.speed")], path.name
+            assert not [m for m in imported if m.startswith("cory_agents.speed")], path.name
 
 
 def test_one_thing_is_named_learners():
     import cory_env.wrappers
-    from agents.training.registry import LEARNERS
+    from cory_agents.training.registry import LEARNERS
 
     assert callable(LEARNERS["ppo"])  # the learner registry
     assert cory_env.wrappers.LEARNER_NAMES == ("llm_0", "llm_1") and not hasattr(cory_env.wrappers, "LEARNERS")
@@ -105,7 +105,12 @@ def test_a_run_is_built_one_way_and_the_trainer_is_the_loop():
     and ``Trainer.__init__`` only calls the two steps and keeps what they return."""
     import ast
 
-    steps = ("agents.training.registry", "agents.training.config", "agents.training.build", "agents.training.trainer")
+    steps = (
+        "cory_agents.training.registry",
+        "cory_agents.training.config",
+        "cory_agents.training.build",
+        "cory_agents.training.trainer",
+    )
     for i, step in enumerate(steps[:-1]):
         probe = f"import sys, {step}; print(sorted(m for m in {steps[i + 1 :]!r} if m in sys.modules))"
         result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300)

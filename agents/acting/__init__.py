@@ -1,5 +1,5 @@
 """Acting: a policy choosing tokens in the environment, one step at a time.
 
-:mod:`~agents.acting.actor`: the KV-cache actor (one forward pass per token with the
+:mod:`~cory_agents.acting.actor`: the KV-cache actor (one forward pass per token with the
 cached prefix), the sampling settings, and the one way the learners call their model.
 """

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from agents.algorithms.advantages import masked_mean
+from cory_agents.algorithms.advantages import masked_mean
 
 
 def policy_loss(

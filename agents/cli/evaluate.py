@@ -20,8 +20,8 @@ import argparse
 
 from transformers import HfArgumentParser
 
-from agents.cli.errors import RETIRED_EVAL_FLAGS, add_debug_flag, one_line_errors, refuse_retired_flags
-from agents.evaluation.held_out import EvalConfig, evaluate, format_result
+from cory_agents.cli.errors import RETIRED_EVAL_FLAGS, add_debug_flag, one_line_errors, refuse_retired_flags
+from cory_agents.evaluation.held_out import EvalConfig, evaluate, format_result
 
 
 def build_parser() -> HfArgumentParser:

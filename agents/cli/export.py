@@ -14,10 +14,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from agents.cli.errors import add_debug_flag, one_line_errors
-from agents.evaluation.held_out import find_checkpoint, policy_from_checkpoint, run_folder
-from agents.training.checkpoint import load_checkpoint
-from agents.training.export import MODEL_DIR
+from cory_agents.cli.errors import add_debug_flag, one_line_errors
+from cory_agents.evaluation.held_out import find_checkpoint, policy_from_checkpoint, run_folder
+from cory_agents.training.checkpoint import load_checkpoint
+from cory_agents.training.export import MODEL_DIR
 
 
 def _no_reward(queries: list[str], responses: list[str], **_: object) -> list[float]:
@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--trust-checkpoint",
         action="store_true",
         help="also load an old pickle checkpoint (iter_NNNNNN.pt): only your own files, as a pickle "
-        "can run code; python -m agents.training.checkpoint convert rewrites one in the safe format",
+        "can run code; python -m cory_agents.training.checkpoint convert rewrites one in the safe format",
     )
     parser.add_argument(
         "--device",

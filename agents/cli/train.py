@@ -33,15 +33,15 @@ from pathlib import Path
 
 from transformers import HfArgumentParser
 
-from agents.cli.errors import add_debug_flag, one_line_errors, refuse_retired_flags
-from agents.distributed.data_parallel import process_rank
-from agents.evaluation.statistics import reward_rise
-from agents.training.config import TrainConfig, learners_taking, sections_for
-from agents.training.export import MODEL_DIR
-from agents.training.metrics import read_metrics
-from agents.training.plots import learner_columns
-from agents.training.run_lock import RunLock
-from agents.training.trainer import Trainer
+from cory_agents.cli.errors import add_debug_flag, one_line_errors, refuse_retired_flags
+from cory_agents.distributed.data_parallel import process_rank
+from cory_agents.evaluation.statistics import reward_rise
+from cory_agents.training.config import TrainConfig, learners_taking, sections_for
+from cory_agents.training.export import MODEL_DIR
+from cory_agents.training.metrics import read_metrics
+from cory_agents.training.plots import learner_columns
+from cory_agents.training.run_lock import RunLock
+from cory_agents.training.trainer import Trainer
 from cory_env.errors import UsageError
 
 
@@ -92,7 +92,7 @@ def parse_config(argv: list[str] | None = None) -> TrainConfig:
 
 def learning_summary(out: Path, batch_size: int, k: int = 3) -> list[str]:
     """One line per learner: task reward and KL at the start and at the end of the run (the means of
-    the first and the last ``k`` iterations), and the rise in standard errors (agents.evaluation.statistics)."""
+    the first and the last ``k`` iterations), and the rise in standard errors (cory_agents.evaluation.statistics)."""
     df = read_metrics(out)
     k = min(k, len(df) // 2)
     if k < 1:
@@ -114,14 +114,14 @@ def main(argv: list[str] | None = None) -> None:
     # The package's own messages (data source used, resuming, ...) on stderr, above the progress bar.
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    for name in ("agents", "cory_env"):
+    for name in ("cory_agents", "cory_env"):
         logging.getLogger(name).setLevel(logging.INFO)
         logging.getLogger(name).addHandler(handler)
     if process_rank() == 0:  # the process that will hold the lock (the launch's main one)
         RunLock(config.out).check_free()  # before the models load: a folder another run holds fails at once
     trainer = Trainer(config)
     out = trainer.train()
-    if trainer.stopped_by:  # Ctrl-C or SIGTERM: a checkpoint after the iteration (agents.training.interrupt)
+    if trainer.stopped_by:  # Ctrl-C or SIGTERM: a checkpoint after the iteration (cory_agents.training.interrupt)
         sys.exit(128 + getattr(signal.Signals, trainer.stopped_by, signal.SIGTERM).value)
     if not trainer.data_parallel.is_main_process:
         return

@@ -25,10 +25,10 @@ it was without this module.
 
 Launched with an FSDP config (examples/accelerate/fsdp.yaml), the same holds, but each
 process keeps only a shard of the learners' weights (:meth:`DataParallel.shard`,
-:mod:`agents.distributed.fsdp`); FSDP then averages their gradients itself. Launched with a DeepSpeed
+:mod:`cory_agents.distributed.fsdp`); FSDP then averages their gradients itself. Launched with a DeepSpeed
 ZeRO-1/2 config (examples/accelerate/deepspeed_zero2.yaml), each process keeps whole weights
 but only a partition of the Adam state (and gradients), and each learner steps through its
-own DeepSpeed engine (:mod:`agents.distributed.zero`).
+own DeepSpeed engine (:mod:`cory_agents.distributed.zero`).
 """
 
 from __future__ import annotations
@@ -43,11 +43,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.algorithms.advantages import whiten
-from agents.distributed.fsdp import FSDPSettings, gathered, is_sharded, shard
-from agents.distributed.zero import ZeROSettings
+from cory_agents.algorithms.advantages import whiten
+from cory_agents.distributed.fsdp import FSDPSettings, gathered, is_sharded, shard
+from cory_agents.distributed.zero import ZeROSettings
 
-#: accelerate's launcher variables for the backends this loop cannot run (FSDP: :mod:`agents.distributed.fsdp`).
+#: accelerate's launcher variables for the backends this loop cannot run (FSDP: :mod:`cory_agents.distributed.fsdp`).
 _UNSUPPORTED = {
     "ACCELERATE_USE_MEGATRON_LM": "Megatron-LM",
 }
@@ -68,7 +68,7 @@ class DataParallel:
         #: FSDP's settings when launched with an FSDP config (the learners' weights are then sharded).
         self.fsdp = fsdp
         #: DeepSpeed ZeRO's settings when launched with a DeepSpeed config over several processes
-        #: (each learner then steps through its own engine, :mod:`agents.distributed.zero`).
+        #: (each learner then steps through its own engine, :mod:`cory_agents.distributed.zero`).
         self.zero = zero if state is not None and state.num_processes > 1 else None
         self.num_processes: int = state.num_processes if state is not None else 1
         self.process_index: int = state.process_index if state is not None else 0
@@ -137,7 +137,7 @@ class DataParallel:
         return seed + self.process_index
 
     def shard(self, module: torch.nn.Module, *, frozen: bool = False) -> torch.nn.Module:
-        """Under FSDP, shard ``module`` in place (:func:`agents.distributed.fsdp.shard`); otherwise return it untouched.
+        """Under FSDP, shard ``module`` in place (:func:`cory_agents.distributed.fsdp.shard`); otherwise return it untouched.
 
         A learner shards what it adds to its policy (PPO: the value head) before building its
         optimizer. ``frozen`` (a reference model): its gathered weights are always freed after use.
@@ -147,7 +147,7 @@ class DataParallel:
         return shard(module, dataclasses.replace(self.fsdp, reshard_after_forward=True) if frozen else self.fsdp)
 
     def gathered(self, modules: Iterable[torch.nn.Module]) -> contextlib.AbstractContextManager:
-        """Under FSDP, ``modules`` hold their whole weights inside the block (:func:`agents.distributed.fsdp.gathered`:
+        """Under FSDP, ``modules`` hold their whole weights inside the block (:func:`cory_agents.distributed.fsdp.gathered`:
         acting communicates nothing, whatever each process's episode length); otherwise nothing happens."""
         if not self.sharded:
             return contextlib.nullcontext()
@@ -226,7 +226,7 @@ class DataParallel:
                 torch.distributed.broadcast(p.data, src=0)
 
     def whiten(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """:func:`agents.algorithms.advantages.whiten` with mean and variance over every process's masked entries."""
+        """:func:`cory_agents.algorithms.advantages.whiten` with mean and variance over every process's masked entries."""
         if not self.is_distributed:
             return whiten(x, mask)
         from accelerate.utils import reduce

@@ -2,13 +2,13 @@
 
 Launched with an accelerate config that has ``distributed_type: FSDP`` and ``fsdp_version: 2``
 (examples/accelerate/fsdp.yaml), the run is data parallel as with ``multi_gpu.yaml``
-(:mod:`agents.distributed.data_parallel`: each process plays its own conversations) but each process keeps
+(:mod:`cory_agents.distributed.data_parallel`: each process plays its own conversations) but each process keeps
 only ``1/N`` of every learner's weights, gradients and Adam state, and of the frozen reference:
 :func:`shard` applies ``torch.distributed.fsdp.fully_shard`` in place to each decoder layer and
 then to the whole causal LM (and PPO's value head on its own). In the update, FSDP
 all-gathers a layer's weights just before it runs and reduce-scatters (averages) the
 gradients in ``backward()``, so the learners' own gradient all-reduce skips these parameters
-(:meth:`agents.distributed.data_parallel.DataParallel.average_gradients`). For a rollout the policies'
+(:meth:`cory_agents.distributed.data_parallel.DataParallel.average_gradients`). For a rollout the policies'
 weights are gathered whole once (:func:`gathered`): each process plays its own number of
 token steps, so acting must not be a collective.
 

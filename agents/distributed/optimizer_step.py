@@ -7,7 +7,7 @@ run steps it:
   first) or FSDP (sharded weights, whose gradient norm ``clip_grad_norm_`` reduces). With the
   fused AdamW kernel the clipping coefficient is applied as the kernel reads each gradient
   (``grad_scale``) instead of in a pass of its own;
-- :class:`ZeROSteps`: DeepSpeed ZeRO-1/2 (:mod:`agents.distributed.zero`): the engine is built at
+- :class:`ZeROSteps`: DeepSpeed ZeRO-1/2 (:mod:`cory_agents.distributed.zero`): the engine is built at
   the first backward pass (after the trainer made the weights equal everywhere) and then owns the
   optimizer's partitioned state; a checkpoint still holds the single-process format.
 
@@ -25,8 +25,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from agents.distributed.data_parallel import DataParallel
-from agents.distributed.fsdp import is_sharded
+from cory_agents.distributed.data_parallel import DataParallel
+from cory_agents.distributed.fsdp import is_sharded
 
 
 def optimizer_steps(
@@ -102,7 +102,7 @@ class ZeROSteps(OptimizerSteps):
     def backward(self, loss: torch.Tensor) -> None:
         """``loss.backward()`` through the engine, which reduces the gradients into this process's partition."""
         if self.engine is None:
-            from agents.distributed.zero import engine, load_optimizer_state
+            from cory_agents.distributed.zero import engine, load_optimizer_state
 
             self.engine = engine(self.model, self.optimizer, self.data_parallel.zero, self.max_grad_norm)
             if self._pending_state is not None:
@@ -123,7 +123,7 @@ class ZeROSteps(OptimizerSteps):
     def state_dict(self) -> dict[str, Any]:
         """Gathered whole from the partitions (a collective): the single-process format."""
         if self.engine is not None:
-            from agents.distributed.zero import full_optimizer_state
+            from cory_agents.distributed.zero import full_optimizer_state
 
             return full_optimizer_state(self.engine, self.params, self._param_groups)
         return self._pending_state if self._pending_state is not None else self.optimizer.state_dict()
@@ -132,7 +132,7 @@ class ZeROSteps(OptimizerSteps):
         if self.engine is None:  # put into the engine's partitions when it is built
             self._pending_state = state
             return
-        from agents.distributed.zero import load_optimizer_state
+        from cory_agents.distributed.zero import load_optimizer_state
 
         load_optimizer_state(self.engine, self.params, state)
 

@@ -2,11 +2,11 @@
 
 Launched with an accelerate config that has ``distributed_type: DEEPSPEED`` and ``zero_stage:
 1`` or ``2`` (examples/accelerate/deepspeed_zero2.yaml), the run is data parallel as with
-``multi_gpu.yaml`` (:mod:`agents.distributed.data_parallel`: each process plays its own conversations,
+``multi_gpu.yaml`` (:mod:`cory_agents.distributed.data_parallel`: each process plays its own conversations,
 with the whole weights) but each process keeps only ``1/N`` of every learner's Adam state and
 float32 master weights (stage 1), and of its averaged gradients (stage 2).
 
-Each :class:`~agents.learners.lm.LMLearner` wraps its own policy and optimizer in its own
+Each :class:`~cory_agents.learners.lm.LMLearner` wraps its own policy and optimizer in its own
 DeepSpeed engine (:func:`engine`), built at its first backward pass (after the trainer has
 made the weights equal everywhere). The learner keeps acting and scoring with the bare
 module; only its backward pass and optimizer step go through the engine. The engine's

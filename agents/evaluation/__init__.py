@@ -1,11 +1,11 @@
 """Evaluation: how good a trained policy is, and the reward benchmark.
 
-- :mod:`~agents.evaluation.held_out`: a checkpoint's (or a model's) answers to held-out
+- :mod:`~cory_agents.evaluation.held_out`: a checkpoint's (or a model's) answers to held-out
   prompts: reward, KL, diversity, pass@k (``examples/evaluate.py``);
-- :mod:`~agents.evaluation.answers`: distinct-n, repetition and pass@k of the answers;
-- :mod:`~agents.evaluation.report`: strict JSON and Markdown tables of the results;
-- :mod:`~agents.evaluation.reward_benchmark`: ``cory-bench``, CORY against PPO on a reward
+- :mod:`~cory_agents.evaluation.answers`: distinct-n, repetition and pass@k of the answers;
+- :mod:`~cory_agents.evaluation.report`: strict JSON and Markdown tables of the results;
+- :mod:`~cory_agents.evaluation.reward_benchmark`: ``cory-bench``, CORY against PPO on a reward
   over seeds;
-- :mod:`~agents.evaluation.benchmark_report`: what ``cory-bench`` reports (tables, tests, curves);
-- :mod:`~agents.evaluation.statistics`: confidence intervals and tests for those comparisons.
+- :mod:`~cory_agents.evaluation.benchmark_report`: what ``cory-bench`` reports (tables, tests, curves);
+- :mod:`~cory_agents.evaluation.statistics`: confidence intervals and tests for those comparisons.
 """

@@ -1,6 +1,6 @@
 """What is measured of a policy's answers: diversity (distinct-n, repetition) and pass@k.
 
-Pure functions of the answers' texts or of their correctness; :mod:`agents.evaluation.held_out`
+Pure functions of the answers' texts or of their correctness; :mod:`cory_agents.evaluation.held_out`
 reports them per learner.
 """
 

@@ -2,7 +2,7 @@
 
 :func:`write_report` reads the runs of a benchmark folder (each run's metrics.csv and
 evaluation.json) and writes ``report.json``, ``report.md`` (:func:`format_report`) and the
-plots; :mod:`agents.evaluation.reward_benchmark` runs the benchmark and calls it.
+plots; :mod:`cory_agents.evaluation.reward_benchmark` runs the benchmark and calls it.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from agents.evaluation.report import fmt, markdown_table, write_json
-from agents.evaluation.statistics import mean_ci, reward_rise, welch_test
-from agents.training.metrics import read_metrics
-from agents.training.plots import learner_columns, plot_comparison, plot_kl_vs_reward
+from cory_agents.evaluation.report import fmt, markdown_table, write_json
+from cory_agents.evaluation.statistics import mean_ci, reward_rise, welch_test
+from cory_agents.training.metrics import read_metrics
+from cory_agents.training.plots import learner_columns, plot_comparison, plot_kl_vs_reward
 
 if TYPE_CHECKING:
-    from agents.evaluation.reward_benchmark import BenchmarkConfig
-    from agents.training.config import TrainConfig
+    from cory_agents.evaluation.reward_benchmark import BenchmarkConfig
+    from cory_agents.training.config import TrainConfig
 
 #: Training metrics (last iteration, metrics.csv) and evaluation metrics in the report.
 TRAIN_METRICS = {"task_reward_mean": "task reward", "kl": "KL", "combined_reward": "combined reward"}

@@ -3,7 +3,7 @@
 A policy is a training run's checkpoint (every learner, or those chosen: CORY's ``llm_0`` and
 ``llm_1``, PPO's ``pioneer``) or a model name evaluated as it is. Each learner answers the
 held-out prompts alone, as the pioneer (``with_observer=False``), through the environment and
-with the same :class:`~agents.acting.actor.LMActor` and sampling settings as in training;
+with the same :class:`~cory_agents.acting.actor.LMActor` and sampling settings as in training;
 ``samples_per_prompt`` (k) answers per prompt. Reported per learner:
 
 - ``task_reward_mean`` (and ``_std``): the task reward over all answers;
@@ -36,14 +36,14 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from agents.evaluation.answers import distinct_n, mean_pass_at_k, ngrams, pass_at_k, repetition_rate  # noqa: F401
-from agents.evaluation.report import EVAL_COLUMNS, fmt, format_result, jsonable, markdown_table, write_json  # noqa: F401
-from agents.learners.lm import flag
-from agents.learners.ppo import Episode, PPOLearner
-from agents.training.build import resolve_device
-from agents.training.checkpoint import latest_checkpoint, load_checkpoint
-from agents.training.config import TrainConfig, build_task, upgrade_settings, with_task_defaults
-from agents.training.trainer import Trainer
+from cory_agents.evaluation.answers import distinct_n, mean_pass_at_k, ngrams, pass_at_k, repetition_rate  # noqa: F401
+from cory_agents.evaluation.report import EVAL_COLUMNS, fmt, format_result, jsonable, markdown_table, write_json  # noqa: F401
+from cory_agents.learners.lm import flag
+from cory_agents.learners.ppo import Episode, PPOLearner
+from cory_agents.training.build import resolve_device
+from cory_agents.training.checkpoint import latest_checkpoint, load_checkpoint
+from cory_agents.training.config import TrainConfig, build_task, upgrade_settings, with_task_defaults
+from cory_agents.training.trainer import Trainer
 from cory_env import env
 from cory_env.errors import UsageError
 from cory_env.prompts import Prompt, PromptSource

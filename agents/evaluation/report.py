@@ -1,7 +1,7 @@
 """Writing evaluation results: strict JSON, readable Markdown tables, a script's section of a page.
 
-Shared by :mod:`agents.evaluation.held_out` (``cory-eval``) and
-:mod:`agents.evaluation.reward_benchmark` (``cory-bench``).
+Shared by :mod:`cory_agents.evaluation.held_out` (``cory-eval``) and
+:mod:`cory_agents.evaluation.reward_benchmark` (``cory-bench``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Benchmark a reward function: single-agent PPO against CORY, N iterations x S seeds, one report.
 
     cory-bench --reward mypackage.rewards:politeness --iterations 20 --seeds 3 --out runs/bench
-    python -m agents.evaluation.reward_benchmark --reward vader --iterations 2 --seeds 2 --batch-size 4 --out runs/tiny
+    python -m cory_agents.evaluation.reward_benchmark --reward vader --iterations 2 --seeds 2 --batch-size 4 --out runs/tiny
     cory-bench --out runs/bench --resume            # continue after a crash, or with more --seeds
     cory-bench --algos cory cory:happo cory:difference --out runs/marl   # learners compared, CORY the baseline
 
@@ -25,7 +25,7 @@ that learner (`cory-bench --algos ppo cory:grpo --help`) and go to the entries t
                                         training curves: mean over seeds with a ±std band
     kl_vs_reward.png                    task reward against KL over training, mean over seeds
 
-Each run is trained, then its final policy answers held-out prompts (agents.evaluation.held_out: task
+Each run is trained, then its final policy answers held-out prompts (cory_agents.evaluation.held_out: task
 reward, KL, distinct-1/2, repetition; the same prompts and sampling seed for every run).
 With --resume, finished runs are skipped (and their evaluation, when its settings are the
 same: a run evaluated after its last iteration is finished even once its checkpoints are
@@ -50,13 +50,13 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from agents.cli.errors import add_debug_flag, one_line_errors, refuse_retired_flags
-from agents.evaluation.benchmark_report import KL_VS_REWARD_PLOT, PLOTS, format_report, run_dir, write_report
-from agents.evaluation.held_out import EvalConfig, evaluate, load_reward
-from agents.evaluation.report import write_json
-from agents.learners.lm import LMLearnerConfig, flag
-from agents.training.checkpoint import checkpoint_iteration, latest_checkpoint
-from agents.training.config import (
+from cory_agents.cli.errors import add_debug_flag, one_line_errors, refuse_retired_flags
+from cory_agents.evaluation.benchmark_report import KL_VS_REWARD_PLOT, PLOTS, format_report, run_dir, write_report
+from cory_agents.evaluation.held_out import EvalConfig, evaluate, load_reward
+from cory_agents.evaluation.report import write_json
+from cory_agents.learners.lm import LMLearnerConfig, flag
+from cory_agents.training.checkpoint import checkpoint_iteration, latest_checkpoint
+from cory_agents.training.config import (
     ALGOS,
     TrainConfig,
     apply_preset,
@@ -66,8 +66,8 @@ from agents.training.config import (
     resolve,
     sections_for,
 )
-from agents.training.registry import LEARNERS
-from agents.training.trainer import Trainer
+from cory_agents.training.registry import LEARNERS
+from cory_agents.training.trainer import Trainer
 from cory_env.errors import UsageError
 
 #: TrainConfig fields the benchmark sets for each run itself.

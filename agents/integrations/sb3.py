@@ -34,7 +34,7 @@ from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.vec_env import VecEnv
 from torch import nn
 
-from agents.training.metrics import MetricsLogger
+from cory_agents.training.metrics import MetricsLogger
 
 
 class TokenEmbeddingExtractor(BaseFeaturesExtractor):
@@ -112,7 +112,7 @@ class RolloutMetricsCallback(BaseCallback):
     role's own task reward, from :class:`~cory_env.RoleEnv`'s final ``info``),
     ``<learner>/reward_mean`` (what PPO was trained on: differs under
     ``collective_reward=True``), ``<learner>/response_length_mean``, ``episodes`` and
-    ``timesteps``. :func:`agents.training.plots.plot_run` draws ``task_reward.png`` from it, and one
+    ``timesteps``. :func:`cory_agents.training.plots.plot_run` draws ``task_reward.png`` from it, and one
     sample response per rollout goes to ``samples.jsonl``.
 
     Args:

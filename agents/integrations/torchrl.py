@@ -26,7 +26,7 @@ with TorchRL's collectors, ``GAE`` and ``ClipPPOLoss`` (examples/train_torchrl.p
 - :func:`finished_episode_rewards`: the rewards of the episodes a batch of data finished;
 - :func:`episode_rewards`: evaluate a policy on prompts drawn from a seed.
 
-The networks embed the tokens as :class:`agents.integrations.sb3.TokenEmbeddingExtractor` does (masked
+The networks embed the tokens as :class:`cory_agents.integrations.sb3.TokenEmbeddingExtractor` does (masked
 mean of the context's embeddings, the newest token's, the role): tiny models trained from
 scratch for small vocabularies such as :mod:`cory_env.tasks.toy`, not a way to fine-tune a
 language model. In the batched form they act on each conversation's row.
@@ -46,14 +46,14 @@ from torchrl.envs import EnvBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import ProbabilisticActor, ValueOperator
 
-from agents.integrations.sb3 import TokenEmbeddingExtractor
+from cory_agents.integrations.sb3 import TokenEmbeddingExtractor
 
 OBSERVATION_KEYS = ("input_ids", "attention_mask", "role")
 """The observation entries the networks read (``(group, "observation", key)``)."""
 
 
 class _TokenFeatures(nn.Module):
-    """:class:`~agents.integrations.sb3.TokenEmbeddingExtractor` over any leading dimensions (time, agents, conversations)."""
+    """:class:`~cory_agents.integrations.sb3.TokenEmbeddingExtractor` over any leading dimensions (time, agents, conversations)."""
 
     def __init__(self, vocab_size: int, context_length: int, embedding_dim: int, features_dim: int):
         super().__init__()

@@ -2,12 +2,12 @@
 
 A *learner* is one trainable agent of the environment: CORY has two (``llm_0``,
 ``llm_1``, which exchange the pioneer and observer roles), single-agent training has
-one (``pioneer``). :class:`~agents.training.trainer.Trainer` drives every learner through four
+one (``pioneer``). :class:`~cory_agents.training.trainer.Trainer` drives every learner through four
 methods and nothing else:
 
 1. ``act(agent, observation)`` at each of the agent's token steps: the next token ids
    (``(B,)`` array in the batched form). The learner keeps whatever it needs between
-   steps (a KV cache: :class:`~agents.acting.actor.LMActor`).
+   steps (a KV cache: :class:`~cory_agents.acting.actor.LMActor`).
 2. ``learn(episode)`` once per iteration with the :class:`Episode` built from the
    agent's final ``last()``: update the weights, return the iteration's statistics.
 3. ``state_dict()`` / ``load_state_dict(state)`` for checkpoints: everything needed to
@@ -42,7 +42,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
-#: Metrics the run plots (``agents.training.plots.RUN_PLOTS``) and progress bar read, when a learner returns them.
+#: Metrics the run plots (``cory_agents.training.plots.RUN_PLOTS``) and progress bar read, when a learner returns them.
 PLOTTED_METRICS = ("task_reward_mean", "task_reward_std", "kl", "combined_reward")
 
 
@@ -54,7 +54,7 @@ class Episode:
     learner's response, right-padded (``attention_mask`` 0 after it ended); the columns
     before it are its prompt, left-padded: the observer's prompt contains the pioneer's
     response to the same query. Positions for a forward pass count real tokens only
-    (:func:`agents.acting.actor.generate_positions`).
+    (:func:`cory_agents.acting.actor.generate_positions`).
     """
 
     input_ids: torch.Tensor  # (B, W) prompt (left-padded) then response

@@ -39,9 +39,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from agents.learners.base import Learner
-from agents.learners.ppo import PPOConfig
-from agents.learners.team import TeamEpisode
+from cory_agents.learners.base import Learner
+from cory_agents.learners.ppo import PPOConfig
+from cory_agents.learners.team import TeamEpisode
 
 #: What an agent "without an answer" leaves in the later agents' prompts.
 BLANK = ""

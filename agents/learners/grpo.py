@@ -3,19 +3,19 @@
 No value head and no GAE: the batch holds ``group_size`` responses to each prompt
 (the trainer repeats each prompt, :func:`cory_env.prompts.repeat_each`), and a
 response's advantage is its sequence-level reward relative to its group's
-(:func:`agents.algorithms.advantages.group_advantages`), the same at every token of the response.
+(:func:`cory_agents.algorithms.advantages.group_advantages`), the same at every token of the response.
 Under CORY the reward is the collective one and groups are formed by query: the observers
 of a group answer the same query, each after its own pioneer's response.
 
 One iteration for a learner:
 
-1. rollout: the learner acts with its KV cache (:class:`~agents.acting.actor.LMActor`);
+1. rollout: the learner acts with its KV cache (:class:`~cory_agents.acting.actor.LMActor`);
 2. scoring: one forward pass of the policy (log-probs of the sampled tokens) and of the
    frozen reference over prompt + response; the exact KL to the reference (logged, as PPO);
 3. advantages per group of ``group_size`` conversations: ``grpo`` normalises by the
    group's mean and std, ``rloo`` subtracts the mean of the other responses;
 4. ``ppo_epochs`` passes over shuffled minibatches of the clipped ratio loss (PPO's,
-   :func:`agents.algorithms.losses.policy_loss`, token-level mean) plus the KL term below.
+   :func:`cory_agents.algorithms.losses.policy_loss`, token-level mean) plus the KL term below.
 
 The KL to the reference, ``kl_coef`` (beta), is applied where the two reference trainers do:
 
@@ -42,12 +42,12 @@ import torch
 from torch import nn
 from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
-from agents.algorithms.advantages import GROUP_BASELINES, group_advantages, masked_mean
-from agents.algorithms.kl import kl_per_token
-from agents.algorithms.losses import policy_loss
-from agents.distributed.data_parallel import DataParallel
-from agents.learners.base import Episode
-from agents.learners.lm import LMLearner, LMLearnerConfig, flag, response_logits
+from cory_agents.algorithms.advantages import GROUP_BASELINES, group_advantages, masked_mean
+from cory_agents.algorithms.kl import kl_per_token
+from cory_agents.algorithms.losses import policy_loss
+from cory_agents.distributed.data_parallel import DataParallel
+from cory_agents.learners.base import Episode
+from cory_agents.learners.lm import LMLearner, LMLearnerConfig, flag, response_logits
 from cory_env.errors import UsageError
 
 KL_PENALTIES = ("loss", "reward")
@@ -98,12 +98,12 @@ class GRPOLearner(LMLearner):
     """A group-relative learning agent: policy (a causal LM, no value head), optimizer, KL controller.
 
     Args:
-        model: the trainable causal LM (full weights, or an :class:`~agents.training.adapters.AdapterView`).
+        model: the trainable causal LM (full weights, or an :class:`~cory_agents.training.adapters.AdapterView`).
         reference: the frozen reference causal LM (may be shared between learners).
         config: :class:`GRPOConfig`.
         seed: seeds this learner's token sampling (on the model's device) and minibatch shuffling.
         sampling: keyword arguments for :class:`LMActor` (do_sample, temperature, top_k, top_p).
-        data_parallel: the processes of a data-parallel run (:mod:`agents.distributed.data_parallel`): gradients
+        data_parallel: the processes of a data-parallel run (:mod:`cory_agents.distributed.data_parallel`): gradients
             are averaged over them, and the KL controller and returned statistics use all of them.
             Groups never span processes (each process plays whole groups), so advantages stay local.
 

@@ -15,7 +15,7 @@ where ``y^{i}_b`` is agent ``i``'s whole response in conversation ``b`` (an acti
 its probability is the product of its tokens'), ``x^{i}_b`` its prompt, ``pi_old`` the policy
 that acted and ``pi_new`` the policy after its update; ``M^{i_1} = 1``. As ``M >= 0``,
 ``min(rho M A, clip(rho) M A) = M min(rho A, clip(rho) A)``: the weight multiplies the advantage
-(:meth:`~agents.learners.ppo.PPOLearner.learn`'s ``advantage_weights``, applied after whitening, as
+(:meth:`~cory_agents.learners.ppo.PPOLearner.learn`'s ``advantage_weights``, applied after whitening, as
 HARL's implementation weights the normalised advantage) and PPO's update does the rest. ``M`` is
 detached: it weights, it is not learned through.
 
@@ -43,9 +43,9 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from agents.learners.lm import flag
-from agents.learners.ppo import PPOConfig, PPOLearner
-from agents.learners.team import TeamEpisode
+from cory_agents.learners.lm import flag
+from cory_agents.learners.ppo import PPOConfig, PPOLearner
+from cory_agents.learners.team import TeamEpisode
 from cory_env.errors import UsageError
 
 #: The update order's random stream, apart from the members' (seeded with the run's seed too).
@@ -80,7 +80,7 @@ def check_factor_clip(clip: float | None) -> None:
 
 
 class HAPPO:
-    """A team of :class:`~agents.learners.ppo.PPOLearner` members updated one after another (module docstring).
+    """A team of :class:`~cory_agents.learners.ppo.PPOLearner` members updated one after another (module docstring).
 
     Args:
         members: ``{learner name: PPOLearner}``, one per agent.

@@ -2,17 +2,17 @@
 controller, gradient averaging over processes, reference scoring and checkpoints.
 
 A subclass passes its policy module and the causal LM inside it that acts, and implements
-:meth:`~agents.learners.base.Learner.learn`. :class:`LMLearner` then provides the rest of the
-:class:`~agents.learners.base.Learner` interface:
+:meth:`~cory_agents.learners.base.Learner.learn`. :class:`LMLearner` then provides the rest of the
+:class:`~cory_agents.learners.base.Learner` interface:
 
-* ``act``: one incremental forward pass per token step (:class:`~agents.acting.actor.LMActor`,
+* ``act``: one incremental forward pass per token step (:class:`~cory_agents.acting.actor.LMActor`,
   KV cache), sampling with this learner's own generator;
 * ``_update``: the epochs x shuffled minibatches x gradient accumulation loop of an update, to
   which a subclass's ``learn`` gives its minibatches and its loss;
 * ``optimizer``: AdamW over the trainable weights only (a LoRA adapter and not its shared
   base), the fused kernel where the device has it; a subclass's ``learn`` calls
   :meth:`_backward` for each (accumulation-scaled) loss and :meth:`_optimizer_step` at each
-  accumulation boundary, which the run's :mod:`~agents.distributed.optimizer_step` carries out
+  accumulation boundary, which the run's :mod:`~cory_agents.distributed.optimizer_step` carries out
   (in one process, data parallel, FSDP or DeepSpeed ZeRO alike: the learner does not know which);
 * ``kl_ctl``: a fixed or adaptive (Ziegler et al., 2019) KL coefficient;
 * ``state_dict``/``load_state_dict``: the trainable weights by name, the optimizer, the
@@ -32,11 +32,11 @@ import torch
 from torch import nn
 from trl.trainer.utils import selective_log_softmax
 
-from agents.acting.actor import LMActor, generate_positions
-from agents.algorithms.kl import ESTIMATORS, AdaptiveKLController, FixedKLController, kl_per_token
-from agents.distributed.data_parallel import DataParallel
-from agents.distributed.optimizer_step import optimizer_steps
-from agents.learners.base import Episode, reward_metrics
+from cory_agents.acting.actor import LMActor, generate_positions
+from cory_agents.algorithms.kl import ESTIMATORS, AdaptiveKLController, FixedKLController, kl_per_token
+from cory_agents.distributed.data_parallel import DataParallel
+from cory_agents.distributed.optimizer_step import optimizer_steps
+from cory_agents.learners.base import Episode, reward_metrics
 from cory_env.errors import UsageError
 
 
@@ -53,7 +53,7 @@ def response_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, T: in
     """Keyword arguments of a forward pass whose outputs ``(B, T, ...)`` predict the last ``T`` tokens
     (the response) of ``(B, W)`` left-padded contexts: positions count real tokens only (as
     ``generate``), ``logits_to_keep`` the :func:`predicting_columns`. A model made padding-free
-    (:mod:`agents.speed.padding_free`, at build time) packs such a call itself."""
+    (:mod:`cory_agents.speed.padding_free`, at build time) packs such a call itself."""
     columns = predicting_columns(input_ids.shape[1], T, input_ids.device)
     return dict(
         input_ids=input_ids,
@@ -89,11 +89,11 @@ def default_mini_batch_size(batch_size: int) -> int:
 
 @dataclass(kw_only=True)
 class LMLearnerConfig:
-    """The settings every language-model learner shares (:class:`~agents.learners.ppo.PPOConfig` and
-    :class:`~agents.learners.grpo.GRPOConfig` add their own). Keyword arguments only.
+    """The settings every language-model learner shares (:class:`~cory_agents.learners.ppo.PPOConfig` and
+    :class:`~cory_agents.learners.grpo.GRPOConfig` add their own). Keyword arguments only.
 
     Each field is also a flag of ``cory-train`` under the same name, with the same default: the
-    command line's learner section is this config (:mod:`agents.training.config`).
+    command line's learner section is this config (:mod:`cory_agents.training.config`).
     """
 
     _argument_group_name: ClassVar[str] = "Learner: the update of each agent"
@@ -151,7 +151,7 @@ class LMLearner:
         kl_coef: the KL coefficient (initial value, if adaptive).
         seed: seeds this learner's token sampling (on the model's device) and minibatch shuffling.
         sampling: keyword arguments for :class:`LMActor` (do_sample, temperature, top_k, top_p).
-        data_parallel: the processes of a data-parallel run (:mod:`agents.distributed.data_parallel`).
+        data_parallel: the processes of a data-parallel run (:mod:`cory_agents.distributed.data_parallel`).
             Default: a single process.
     """
 
@@ -232,7 +232,7 @@ class LMLearner:
     @torch.no_grad()
     def kl_to_reference(self, ep: Episode) -> np.ndarray:
         """Exact KL to the reference summed over each response, ``(B,)``: per conversation, the
-        quantity whose batch mean ``learn`` logs as ``kl`` (used by :mod:`agents.evaluation.held_out`)."""
+        quantity whose batch mean ``learn`` logs as ``kl`` (used by :mod:`cory_agents.evaluation.held_out`)."""
         T = ep.response_width
         ids, mask = ep.input_ids.to(self.device), ep.attention_mask.to(self.device)
         self.model.eval()
@@ -245,7 +245,7 @@ class LMLearner:
     def response_logprobs(self, ep: Episode) -> torch.Tensor:
         """``(B,)`` the log-probability of each response under the current policy (its tokens' log-probs
         summed), on this learner's device: the likelihood whose ratio before/after an update is the
-        policy's change on that conversation (:mod:`agents.learners.happo`)."""
+        policy's change on that conversation (:mod:`cory_agents.learners.happo`)."""
         T = ep.response_width
         ids, mask = ep.input_ids.to(self.device), ep.attention_mask.to(self.device)
         self.model.eval()
@@ -301,7 +301,7 @@ class LMLearner:
         self.steps.backward(loss)
 
     def _optimizer_step(self) -> None:
-        """Average the gradients over processes, clip them, step, zero them (:mod:`agents.distributed.optimizer_step`)."""
+        """Average the gradients over processes, clip them, step, zero them (:mod:`cory_agents.distributed.optimizer_step`)."""
         self.steps.step()
 
     def _statistics(
@@ -310,7 +310,7 @@ class LMLearner:
         """The end of every update: the statistics (the paper's KL: per-token KL summed over the response,
         batch mean; the response length; ``stats``; the gradient norm) averaged over the processes, the KL
         controller adapted to the KL just measured (``scored["kl"]``, the penalty's estimator), and the
-        reward metrics (:func:`~agents.learners.base.reward_metrics`) over every process's conversations."""
+        reward metrics (:func:`~cory_agents.learners.base.reward_metrics`) over every process's conversations."""
         dp = self.data_parallel
         means = dp.mean(
             {

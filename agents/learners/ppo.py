@@ -2,7 +2,7 @@
 
 One iteration for a learner, as in TRL 0.7's ``PPOTrainer.step`` (which CORY's authors used):
 
-1. rollout: the learner acts with its KV cache (:class:`~agents.acting.actor.LMActor`);
+1. rollout: the learner acts with its KV cache (:class:`~cory_agents.acting.actor.LMActor`);
    its final observation holds prompt + response, its info the reward per conversation;
 2. scoring: one forward pass of the policy (log-probs, values) and of the frozen
    reference (log-probs) over the whole context; per-token KL; per-token rewards
@@ -22,13 +22,13 @@ import numpy as np
 import torch
 from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
-from agents.algorithms.advantages import explained_variance, gae, masked_mean
-from agents.algorithms.kl import token_rewards
-from agents.algorithms.losses import policy_loss, value_loss
-from agents.distributed.data_parallel import DataParallel
-from agents.learners.base import Episode
-from agents.learners.lm import LMLearner, LMLearnerConfig, flag, response_inputs
-from agents.learners.value_model import CausalLMWithValueHead
+from cory_agents.algorithms.advantages import explained_variance, gae, masked_mean
+from cory_agents.algorithms.kl import token_rewards
+from cory_agents.algorithms.losses import policy_loss, value_loss
+from cory_agents.distributed.data_parallel import DataParallel
+from cory_agents.learners.base import Episode
+from cory_agents.learners.lm import LMLearner, LMLearnerConfig, flag, response_inputs
+from cory_agents.learners.value_model import CausalLMWithValueHead
 from cory_env.errors import UsageError
 
 
@@ -83,7 +83,7 @@ class RunningMoments:
 class UpdatePasses:
     """The forward passes of one PPO update, in order: a no-grad scoring pass over the batch
     (the "old" log-probs and values), then ``ppo_epochs`` passes over shuffled minibatches with
-    gradients. :mod:`agents.speed.scoring_reuse` schedules the same passes with one fewer."""
+    gradients. :mod:`cory_agents.speed.scoring_reuse` schedules the same passes with one fewer."""
 
     def score(
         self, learner: PPOLearner, ids: torch.Tensor, attn: torch.Tensor, T: int
@@ -111,7 +111,7 @@ class PPOLearner(LMLearner):
         config: :class:`PPOConfig`.
         seed: seeds this learner's token sampling (on the model's device) and minibatch shuffling.
         sampling: keyword arguments for :class:`LMActor` (do_sample, temperature, top_k, top_p).
-        data_parallel: the processes of a data-parallel run (:mod:`agents.distributed.data_parallel`): gradients,
+        data_parallel: the processes of a data-parallel run (:mod:`cory_agents.distributed.data_parallel`): gradients,
             score statistics, advantage whitening, the KL controller and the returned statistics
             are then computed over all of them. Default: a single process.
     """
@@ -145,7 +145,7 @@ class PPOLearner(LMLearner):
         )
         self.score_moments = RunningMoments()
         #: The forward passes of an update; a run may swap in a faster schedule of the same
-        #: passes (:mod:`agents.speed.scoring_reuse`, on unless ``--no-reuse-scoring-pass``).
+        #: passes (:mod:`cory_agents.speed.scoring_reuse`, on unless ``--no-reuse-scoring-pass``).
         self.passes = UpdatePasses()
 
     # ------------------------------------------------------------------ scoring
@@ -185,7 +185,7 @@ class PPOLearner(LMLearner):
         """One PPO update on one batched episode; returns the iteration's statistics.
 
         ``advantage_weights`` (``(B,)``, non-negative): each conversation's advantages are multiplied
-        by its weight after whitening: a team learner's (HAPPO's factor, :mod:`agents.learners.happo`)."""
+        by its weight after whitening: a team learner's (HAPPO's factor, :mod:`cory_agents.learners.happo`)."""
         c = self.config
         B, T = ep.input_ids.shape[0], ep.response_width
         if B % c.mini_batch(B):

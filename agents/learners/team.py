@@ -1,12 +1,12 @@
 """The team-level learner interface: one object that learns for several agents at once.
 
-A per-agent :class:`~agents.learners.base.Learner` sees its own batch only. A *team learner*
-sees the whole team's iteration: every member's :class:`~agents.learners.base.Episode`, each
+A per-agent :class:`~cory_agents.learners.base.Learner` sees its own batch only. A *team learner*
+sees the whole team's iteration: every member's :class:`~cory_agents.learners.base.Episode`, each
 with the role it played, row ``b`` of every episode being conversation ``b`` (the same query,
 and for a later agent the earlier agents' answers in its prompt). That is what multi-agent
 algorithms need: sequential updates that weight one agent's advantage by the others' policy
-change (:mod:`agents.learners.happo`), credit for one agent's part in the collective reward
-(:mod:`agents.learners.difference`), a critic over the whole transcript.
+change (:mod:`cory_agents.learners.happo`), credit for one agent's part in the collective reward
+(:mod:`cory_agents.learners.difference`), a critic over the whole transcript.
 
 A team learner has:
 
@@ -26,7 +26,7 @@ environment's (:class:`~cory_env.RoleExchangeWrapper`): ``TeamEpisode.roles`` sa
 
 :class:`IndependentLearners` is the team of per-agent learners that each learn alone (CORY:
 independent PPO on the collective reward); the trainer wraps a per-agent ``--learner`` in it.
-Register a team learner in :data:`agents.training.registry.TEAM_LEARNERS`; see
+Register a team learner in :data:`cory_agents.training.registry.TEAM_LEARNERS`; see
 docs/plug-in-your-algorithm.md ("Team learners").
 """
 
@@ -40,15 +40,15 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from pettingzoo import AECEnv
 
-from agents.distributed.data_parallel import DataParallel
-from agents.learners.base import Episode, Learner
+from cory_agents.distributed.data_parallel import DataParallel
+from cory_agents.learners.base import Episode, Learner
 
 
 @dataclass
 class TeamEpisode:
     """One iteration of the whole team: each member's episode and role, aligned by conversation.
 
-    ``episodes[name]`` is learner ``name``'s :class:`~agents.learners.base.Episode` (row ``b`` is
+    ``episodes[name]`` is learner ``name``'s :class:`~cory_agents.learners.base.Episode` (row ``b`` is
     conversation ``b`` in every one of them); ``roles[name]`` the chain position it played
     (``"pioneer"``, ``"observer"``, ``"observer_1"``, ...); ``env`` the unwrapped environment that
     played the episode (its ``possible_agents`` are the roles in chain order; a learner that
@@ -101,7 +101,7 @@ class TeamLearner(Protocol):
 
 class IndependentLearners:
     """Per-agent learners, each learning alone from its own episode (in chain order): CORY's
-    independent PPO, or any ``--learner`` of :data:`~agents.training.registry.LEARNERS`.
+    independent PPO, or any ``--learner`` of :data:`~cory_agents.training.registry.LEARNERS`.
 
     ``around(name, role)``, if given, is a context manager each member's update runs in
     (``--gradient-checkpointing-observer``: the trainer's)."""

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from agents.acting.actor import generate_positions
+from cory_agents.acting.actor import generate_positions
 
 
 class CausalLMWithValueHead(nn.Module):
@@ -36,7 +36,7 @@ class CausalLMWithValueHead(nn.Module):
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         """What this learner's optimizer updates: the value head and the LM's trainable weights
-        (all of them, or only its LoRA adapter when ``lm`` is an :class:`~agents.training.adapters.AdapterView`)."""
+        (all of them, or only its LoRA adapter when ``lm`` is an :class:`~cory_agents.training.adapters.AdapterView`)."""
         lm_params = (
             self.lm.trainable_parameters()
             if hasattr(self.lm, "trainable_parameters")
@@ -57,7 +57,7 @@ class CausalLMWithValueHead(nn.Module):
 
         Without ``position_ids``, left padding is handled as in ``generate``: positions count real
         tokens only. Other keyword arguments go to the LM (for example a padding-free batch,
-        :mod:`agents.speed.padding_free`).
+        :mod:`cory_agents.speed.padding_free`).
         """
         if position_ids is None:
             position_ids = generate_positions(attention_mask)

@@ -13,7 +13,7 @@ Two kinds of call in this package's forward passes run far below the CPU's speed
   a batched multiply over the weight expanded per conversation, slower than copying the input
   and multiplying once. A reference model, or a LoRA policy (whose base LM
   head is frozen), called that way makes such calls; this package's own scoring passes keep
-  column indices instead (:func:`agents.learners.lm.predicting_columns`), which give a copy.
+  column indices instead (:func:`cory_agents.learners.lm.predicting_columns`), which give a copy.
 
 :class:`CPULinear` is ``nn.Linear`` with a ``forward`` that takes the faster layout in these
 two cases on a CPU (the few-row case only in float32 and without autograd, so training's
@@ -23,7 +23,7 @@ weights, their names, state dicts, ``isinstance(m, nn.Linear)`` (which peft chec
 LoRA adapter around it) and deep copies are unchanged. Results equal ``F.linear``'s up to
 float32 rounding (the order of the sums differs), so a sampled token can, rarely, differ.
 
-The :class:`~agents.training.trainer.Trainer` applies it to CPU runs unless ``--no-cpu-linear``.
+The :class:`~cory_agents.training.trainer.Trainer` applies it to CPU runs unless ``--no-cpu-linear``.
 What it saves in a CORY iteration's rollout and in the whole iteration, at the CORY authors'
 settings, is in docs/benchmarks.md; ``benchmarks/iteration.py --cpu-linear-ablation`` measures
 a CORY iteration without it, side by side.

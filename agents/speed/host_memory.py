@@ -18,7 +18,7 @@ reuses them, up to about eight times the largest block that is allocated and fre
 over (a loop that fills and frees one 256 MiB tensor settles at about 2 GB). In the training
 loop the peak stays the same, and over a long CORY run resident memory grows a few percent
 and then stays (docs/benchmarks.md has the figures). The setting is process-wide and lasts until
-exit: the :class:`~agents.training.trainer.Trainer` applies it to CPU runs unless
+exit: the :class:`~cory_agents.training.trainer.Trainer` applies it to CPU runs unless
 ``--no-retain-freed-memory``. It is the same as starting Python with
 ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647`` in the environment.
 """

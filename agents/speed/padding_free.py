@@ -28,14 +28,14 @@ cache. A model whose attention does not pass the packed batch on would be wrong 
 would mask each context apart by its restarting positions, without the shared tokens), so
 unpacking its outputs raises an error that names the fix.
 
-A run makes its models padding-free when it builds them (``agents.training.build``, unless
+A run makes its models padding-free when it builds them (``cory_agents.training.build``, unless
 ``--no-padding-free``), as nanoGPT's speed mechanisms wrap the model and the loop never knows:
 :func:`enable` switches a model from sdpa to :data:`ATTENTION` and mixes
 :class:`PaddingFreeForward` into its class (and into a value head's around it). Its ``forward``
 then packs every call that asks for some columns' outputs of a padded batch
 (``logits_to_keep`` a tensor of columns; the scoring and training passes of
-:func:`~agents.learners.lm.response_inputs`, and the prefill of a turn's prompts by
-:class:`~agents.acting.actor.LMActor`) where the masks allow (each context's real tokens in one
+:func:`~cory_agents.learners.lm.response_inputs`, and the prefill of a turn's prompts by
+:class:`~cory_agents.acting.actor.LMActor`) where the masks allow (each context's real tokens in one
 run, at least one before the response), and returns what the padded call would: logits and
 values ``(B, K, ...)``, and a KV cache laid out as a padded prefill leaves it
 (:meth:`PackedBatch.left_pad`), so the token steps run as before. The actor and the learners
@@ -109,7 +109,7 @@ class PackedBatch:
     @classmethod
     def pack(cls, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: torch.Tensor) -> PackedBatch | None:
         """Pack ``(B, W)`` contexts, keeping the outputs of the columns ``keep`` (increasing; for the
-        response, :func:`~agents.learners.lm.predicting_columns`). ``None`` if nothing is padded and
+        response, :func:`~cory_agents.learners.lm.predicting_columns`). ``None`` if nothing is padded and
         no context shares tokens with an earlier one (the padded pass is the same), if some
         context is empty, if its real tokens are not one run, or if they start after ``keep[0]``
         (the padded pass handles those)."""
@@ -153,7 +153,7 @@ class PackedBatch:
         if not self.attended:
             raise RuntimeError(
                 "the model's attention never received the packed batch, so its contexts were not kept apart: "
-                "its attention implementation is not agents.speed.padding_free's (turn padding-free passes off: "
+                "its attention implementation is not cory_agents.speed.padding_free's (turn padding-free passes off: "
                 "--no-padding-free, or TrainConfig(padding_free=False))"
             )
         return x.reshape(self.batch_size, -1, *x.shape[2:])

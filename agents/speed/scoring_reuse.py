@@ -2,7 +2,7 @@
 
 A PPO update scores the batch once without gradients (the "old" log-probs and values), then
 runs ``ppo_epochs`` forward passes with gradients over shuffled minibatches
-(:class:`~agents.learners.ppo.UpdatePasses`). When one minibatch is the whole batch (as with
+(:class:`~cory_agents.learners.ppo.UpdatePasses`). When one minibatch is the whole batch (as with
 ``--preset paper-imdb``: batch 256, mini-batch 256), the first training pass sees the same
 weights and inputs as the scoring pass, and only the order differs. With dropout off its
 detached outputs, put back in the batch's order, are the old ones, so the scoring pass can be
@@ -12,7 +12,7 @@ or 5 with one. The update agrees with the plain schedule to floating-point round
 (tests/agents/training/test_training.py) and the minibatch shuffling draws the same random numbers. ``benchmarks/iteration.py
 --scoring-reuse-ablation`` times both (docs/benchmarks.md).
 
-The ``ppo`` learner factory (:mod:`agents.training.registry`) switches it on unless
+The ``ppo`` learner factory (:mod:`cory_agents.training.registry`) switches it on unless
 ``--no-reuse-scoring-pass``; :func:`reuse_scoring_pass` does it for a learner built by hand. A
 model with active dropout keeps the separate scoring pass, whose eval-mode outputs differ.
 """
@@ -23,11 +23,11 @@ from collections.abc import Iterator
 
 import torch
 
-from agents.learners.ppo import PPOLearner, UpdatePasses
+from cory_agents.learners.ppo import PPOLearner, UpdatePasses
 
 
 class ScoringReusePasses(UpdatePasses):
-    """:class:`~agents.learners.ppo.UpdatePasses` whose scoring pass is epoch 0's training pass
+    """:class:`~cory_agents.learners.ppo.UpdatePasses` whose scoring pass is epoch 0's training pass
     when a minibatch holds the whole batch and dropout is off (otherwise the plain passes).
 
     The training pass is held from :meth:`score` to the first minibatch of the

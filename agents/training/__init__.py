@@ -1,21 +1,21 @@
 """Training: the loop and what a run needs around it.
 
-A run flows one way: :mod:`~agents.training.config` (settings, resolved and checked) ->
-:mod:`~agents.training.build` (what the run is made of) -> :mod:`~agents.training.trainer` (the loop).
+A run flows one way: :mod:`~cory_agents.training.config` (settings, resolved and checked) ->
+:mod:`~cory_agents.training.build` (what the run is made of) -> :mod:`~cory_agents.training.trainer` (the loop).
 
-- :mod:`~agents.training.config`: :class:`~agents.training.config.TrainConfig`, its sections,
-  presets, :func:`~agents.training.config.resolve` and the rules of a resume;
-- :mod:`~agents.training.sections`: the command line's sections (task, model, game, generation,
+- :mod:`~cory_agents.training.config`: :class:`~cory_agents.training.config.TrainConfig`, its sections,
+  presets, :func:`~cory_agents.training.config.resolve` and the rules of a resume;
+- :mod:`~cory_agents.training.sections`: the command line's sections (task, model, game, generation,
   output, speed), of which with the learners' own configs ``TrainConfig`` is made;
-- :mod:`~agents.training.registry`: the ``--learner`` factories (``LEARNERS``) and configs;
-- :mod:`~agents.training.build`: :func:`~agents.training.build.assemble`: the run's task, devices,
+- :mod:`~cory_agents.training.registry`: the ``--learner`` factories (``LEARNERS``) and configs;
+- :mod:`~cory_agents.training.build`: :func:`~cory_agents.training.build.assemble`: the run's task, devices,
   models, learners and game;
-- :mod:`~agents.training.trainer`: the :class:`~agents.training.trainer.Trainer` loop (rollout,
+- :mod:`~cory_agents.training.trainer`: the :class:`~cory_agents.training.trainer.Trainer` loop (rollout,
   learn, log, checkpoint);
-- :mod:`~agents.training.checkpoint`: safe, atomic checkpoints and resume;
-- :mod:`~agents.training.interrupt`: Ctrl-C and SIGTERM stop after the iteration;
-- :mod:`~agents.training.metrics`, :mod:`~agents.training.trackers`,
-  :mod:`~agents.training.plots`: metrics.csv, experiment trackers, PNG curves;
-- :mod:`~agents.training.adapters`: LoRA adapters on one shared base;
-- :mod:`~agents.training.export`: the trained policies as Hugging Face models.
+- :mod:`~cory_agents.training.checkpoint`: safe, atomic checkpoints and resume;
+- :mod:`~cory_agents.training.interrupt`: Ctrl-C and SIGTERM stop after the iteration;
+- :mod:`~cory_agents.training.metrics`, :mod:`~cory_agents.training.trackers`,
+  :mod:`~cory_agents.training.plots`: metrics.csv, experiment trackers, PNG curves;
+- :mod:`~cory_agents.training.adapters`: LoRA adapters on one shared base;
+- :mod:`~cory_agents.training.export`: the trained policies as Hugging Face models.
 """

@@ -1,18 +1,18 @@
-"""Building a run from its resolved :class:`~agents.training.config.TrainConfig`: :func:`assemble`.
+"""Building a run from its resolved :class:`~cory_agents.training.config.TrainConfig`: :func:`assemble`.
 
 :func:`assemble` is the whole of it, top to bottom: the task, the devices, the tokenizers, the
 prompts and the reward, the models, one learner per agent (``LEARNERS[config.learner]``,
-:mod:`agents.training.registry`), and the game they play. Its parts:
+:mod:`cory_agents.training.registry`), and the game they play. Its parts:
 
 - :func:`select_devices`: the main device and each learner's (``--device``, ``--learner-devices``,
   or each process's own under ``accelerate launch``);
 - :func:`build_models`: each learner's trainable causal LM and frozen reference: full copies
   (one reference per device), LoRA adapters on one shared base (``--lora``, 4-bit with
   ``--load-in-4bit``), or FSDP shards, with the speed switches applied to the base first;
-- :func:`build_team`: the learners as one team learner (:mod:`agents.learners.team`): a team
+- :func:`build_team`: the learners as one team learner (:mod:`cory_agents.learners.team`): a team
   ``--learner``'s own, or the per-agent learners each learning alone.
 
-The config comes resolved (:func:`agents.training.config.resolve`): nothing here rewrites it.
+The config comes resolved (:func:`cory_agents.training.config.resolve`): nothing here rewrites it.
 """
 
 from __future__ import annotations
@@ -31,15 +31,15 @@ import torch
 from pettingzoo import AECEnv
 from trl.trainer.utils import disable_dropout_in_model
 
-from agents.distributed.data_parallel import DataParallel
-from agents.distributed.fsdp import full_state, is_sharded
-from agents.learners.base import Learner
-from agents.learners.team import IndependentLearners, TeamLearner
-from agents.speed import padding_free
-from agents.speed.cpu_linear import use_cpu_linear
-from agents.speed.host_memory import retain_freed_memory
-from agents.training.config import TrainConfig, build_task, check_group_size, learner_devices, parse_device
-from agents.training.registry import LEARNERS, TeamFactory
+from cory_agents.distributed.data_parallel import DataParallel
+from cory_agents.distributed.fsdp import full_state, is_sharded
+from cory_agents.learners.base import Learner
+from cory_agents.learners.team import IndependentLearners, TeamLearner
+from cory_agents.speed import padding_free
+from cory_agents.speed.cpu_linear import use_cpu_linear
+from cory_agents.speed.host_memory import retain_freed_memory
+from cory_agents.training.config import TrainConfig, build_task, check_group_size, learner_devices, parse_device
+from cory_agents.training.registry import LEARNERS, TeamFactory
 from cory_env import CollectiveRewardWrapper, RoleExchangeWrapper, env
 from cory_env.errors import UsageError
 from cory_env.models import hugging_face_model, load_causal_lm, load_tokenizer
@@ -152,7 +152,7 @@ def build_learners(
         if not isinstance(learner, Learner):
             raise TypeError(
                 f"learner {config.learner!r} built a {type(learner).__name__}, which lacks act, learn, "
-                f"state_dict or load_state_dict (see agents.learners.base.Learner)"
+                f"state_dict or load_state_dict (see cory_agents.learners.base.Learner)"
             )
         learners[name] = learner
     if dp.sharded:
@@ -163,7 +163,7 @@ def build_learners(
 
 def build_team(config: TrainConfig, learners: dict[str, Learner]) -> TeamLearner:
     """The learners as one team learner: ``LEARNERS[config.learner]``'s when it is a
-    :class:`~agents.training.registry.TeamFactory`, else :class:`~agents.learners.team.IndependentLearners`
+    :class:`~cory_agents.training.registry.TeamFactory`, else :class:`~cory_agents.learners.team.IndependentLearners`
     (each learner alone, its update recomputing activations as the observer with
     ``--gradient-checkpointing-observer``)."""
     factory = LEARNERS[config.learner]
@@ -173,7 +173,7 @@ def build_team(config: TrainConfig, learners: dict[str, Learner]) -> TeamLearner
     if not isinstance(team, TeamLearner):
         raise TypeError(
             f"learner {config.learner!r} built a {type(team).__name__}, which lacks members, learn, state_dict "
-            f"or load_state_dict (see agents.learners.team.TeamLearner)"
+            f"or load_state_dict (see cory_agents.learners.team.TeamLearner)"
         )
     return team
 
@@ -204,7 +204,7 @@ def select_devices(
     config: TrainConfig, names: list[str], dp: DataParallel
 ) -> tuple[torch.device, dict[str, torch.device]]:
     """The main device (models are loaded there; the reward model runs there) and each learner's
-    (:func:`~agents.training.config.resolve` checked the flags against each other and the launcher)."""
+    (:func:`~cory_agents.training.config.resolve` checked the flags against each other and the launcher)."""
     if dp.is_distributed:
         return dp.device, dict.fromkeys(names, dp.device)
     if not config.learner_devices:
@@ -314,7 +314,7 @@ def _build_models_of(
         return references, lms
     from peft import LoraConfig
 
-    from agents.training.adapters import AdapterView, shared_lora_model
+    from cory_agents.training.adapters import AdapterView, shared_lora_model
 
     lora = LoraConfig(
         r=config.lora_r,

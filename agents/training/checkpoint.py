@@ -18,12 +18,12 @@ A checkpoint is one file per saved iteration, ``<out>/checkpoints/iter_000012.sa
 - **The old format.** Checkpoints of cory-env 0.1 (``iter_NNNNNN.pt``, written with
   ``torch.save``) are pickles: loading one can run any code it holds. They are refused with
   :class:`UntrustedCheckpointError` unless ``trust=True`` (``--trust-checkpoint``, for your own
-  files); ``python -m agents.training.checkpoint convert PATH`` rewrites one in the safe format.
+  files); ``python -m cory_agents.training.checkpoint convert PATH`` rewrites one in the safe format.
 
 From the command line::
 
-    python -m agents.training.checkpoint verify runs/cory               # the newest checkpoint of a run, or a file
-    python -m agents.training.checkpoint convert runs/cory/checkpoints/iter_000009.pt   # your own old checkpoint
+    python -m cory_agents.training.checkpoint verify runs/cory               # the newest checkpoint of a run, or a file
+    python -m cory_agents.training.checkpoint convert runs/cory/checkpoints/iter_000009.pt   # your own old checkpoint
 """
 
 from __future__ import annotations
@@ -310,7 +310,7 @@ def _load_legacy(path: Path, trust: bool) -> dict[str, Any]:
         raise UntrustedCheckpointError(
             f"{path} is a checkpoint in the old pickle format (cory-env 0.1, torch.save): loading it can run "
             f"any code the file holds, so it is not loaded. If you wrote it yourself, pass --trust-checkpoint, "
-            f"or convert it once to the safe format: python -m agents.training.checkpoint convert {path}"
+            f"or convert it once to the safe format: python -m cory_agents.training.checkpoint convert {path}"
         )
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
@@ -373,7 +373,9 @@ def convert_checkpoint(path: str | Path) -> Path:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m agents.training.checkpoint", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m cory_agents.training.checkpoint", description=__doc__.split("\n\n")[0]
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     verify = sub.add_parser("verify", help="check that a checkpoint (a file, or a run's newest) is intact")
     verify.add_argument("path", help="a checkpoint file, or a run folder (its newest checkpoint)")

@@ -6,7 +6,7 @@ algorithm, generation, output, speed). What can be checked from the values alone
 when the config is made (``__post_init__``); everything else, once, by :func:`resolve`, before
 anything is built: it fills in the preset, the task's defaults and the derived settings, and
 checks the settings against each other and against the launcher. A run is then assembled from
-the resolved config (:func:`agents.training.build.assemble`); the config never looks back at
+the resolved config (:func:`cory_agents.training.build.assemble`); the config never looks back at
 the build.
 """
 
@@ -21,13 +21,13 @@ from typing import Any, ClassVar
 
 import torch
 
-from agents.distributed.data_parallel import DataParallel
-from agents.learners.grpo import GRPOConfig
-from agents.learners.happo import HAPPOConfig
-from agents.learners.lm import LMLearnerConfig, default_mini_batch_size
-from agents.learners.ppo import PPOConfig
-from agents.training.registry import LEARNER_CONFIGS, LEARNERS, TeamFactory
-from agents.training.sections import (
+from cory_agents.distributed.data_parallel import DataParallel
+from cory_agents.learners.grpo import GRPOConfig
+from cory_agents.learners.happo import HAPPOConfig
+from cory_agents.learners.lm import LMLearnerConfig, default_mini_batch_size
+from cory_agents.learners.ppo import PPOConfig
+from cory_agents.training.registry import LEARNER_CONFIGS, LEARNERS, TeamFactory
+from cory_agents.training.sections import (
     ALGOS,
     GameConfig,
     GenerationConfig,
@@ -36,7 +36,7 @@ from agents.training.sections import (
     SpeedConfig,
     TaskConfig,
 )
-from agents.training.trackers import resolve_report_to
+from cory_agents.training.trackers import resolve_report_to
 from cory_env.errors import UsageError
 from cory_env.tasks import Task, custom_task, get_task
 from cory_env.wrappers import learner_names
@@ -57,13 +57,13 @@ class TrainConfig(
     """Everything a run needs, composed of its sections; each field is a flag of ``cory-train``.
 
     The sections: :class:`TaskConfig`, :class:`ModelConfig`, :class:`GameConfig`, the learners'
-    own configs (:class:`~agents.learners.lm.LMLearnerConfig`'s shared settings,
-    :class:`~agents.learners.ppo.PPOConfig`'s, :class:`~agents.learners.happo.HAPPOConfig`'s and
-    :class:`~agents.learners.grpo.GRPOConfig`'s), then
+    own configs (:class:`~cory_agents.learners.lm.LMLearnerConfig`'s shared settings,
+    :class:`~cory_agents.learners.ppo.PPOConfig`'s, :class:`~cory_agents.learners.happo.HAPPOConfig`'s and
+    :class:`~cory_agents.learners.grpo.GRPOConfig`'s), then
     :class:`GenerationConfig`, :class:`OutputConfig` and :class:`SpeedConfig`. A setting is defined
     once, in its section, with one name and one default: the learner's config is this config's
     fields of the same names (:meth:`learner_config`), not a translation. The command line parses
-    the sections together, the learner's own chosen by ``--learner`` (``agents.cli.train``).
+    the sections together, the learner's own chosen by ``--learner`` (``cory_agents.cli.train``).
     """
 
     _argument_group_name: ClassVar[str] = "cory-train"
@@ -151,7 +151,7 @@ class TrainConfig(
         return cls(**{f.name: getattr(s, f.name) for s in sections for f in dataclasses.fields(s) if f.init})
 
     def learner_config(self, section: type[LMLearnerConfig] | None = None) -> LMLearnerConfig:
-        """The learner's own config (:data:`~agents.training.registry.LEARNER_CONFIGS`: ``PPOConfig``,
+        """The learner's own config (:data:`~cory_agents.training.registry.LEARNER_CONFIGS`: ``PPOConfig``,
         ``GRPOConfig``, ``RLOOConfig``), or ``section`` (a learner you register that reuses PPO's, say),
         holding this run's values: its fields, read by name."""
         section = section or learner_section(self.learner)
@@ -160,12 +160,12 @@ class TrainConfig(
 
 def sections_for(learner: str) -> tuple[type, ...]:
     """The command line's sections for ``--learner learner``, in ``--help``'s order: the learner's
-    own config (:data:`~agents.training.registry.LEARNER_CONFIGS`) between the game and the generation."""
+    own config (:data:`~cory_agents.training.registry.LEARNER_CONFIGS`) between the game and the generation."""
     return TaskConfig, ModelConfig, GameConfig, learner_section(learner), GenerationConfig, OutputConfig, SpeedConfig
 
 
 def learners_taking(arg: str) -> list[str]:
-    """The learners (:data:`~agents.training.registry.LEARNER_CONFIGS`) whose section has the flag
+    """The learners (:data:`~cory_agents.training.registry.LEARNER_CONFIGS`) whose section has the flag
     ``arg`` (``--group-size``, ``--group_size=8``); none for a word that is not a flag.
 
     >>> learners_taking("--group-size=8"), learners_taking("--happo_factor_clip"), learners_taking("8")
@@ -180,7 +180,7 @@ def learners_taking(arg: str) -> list[str]:
 
 
 def learner_section(learner: str) -> type[LMLearnerConfig]:
-    """``--learner learner``'s config (:data:`~agents.training.registry.LEARNER_CONFIGS`); for a team
+    """``--learner learner``'s config (:data:`~cory_agents.training.registry.LEARNER_CONFIGS`); for a team
     learner registered without one, its members'; else the shared :class:`LMLearnerConfig`."""
     if learner in LEARNER_CONFIGS:
         return LEARNER_CONFIGS[learner]
@@ -265,7 +265,7 @@ def learner_devices(config: TrainConfig) -> list[torch.device]:
 
 def check_devices(config: TrainConfig, dp: DataParallel) -> None:
     """``--device`` and ``--learner-devices`` against each other, the learners and the launcher. Whether a
-    device exists on this machine is checked where it is used (:func:`agents.training.build.select_devices`)."""
+    device exists on this machine is checked where it is used (:func:`cory_agents.training.build.select_devices`)."""
     if dp.is_distributed:
         if config.learner_devices:
             raise UsageError(

@@ -27,8 +27,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from agents.distributed.fsdp import full_state
-from agents.training.adapters import AdapterView
+from cory_agents.distributed.fsdp import full_state
+from cory_agents.training.adapters import AdapterView
 from cory_env.models import apply_umask
 
 #: Where a run's policies go, under its --out.
@@ -43,7 +43,7 @@ def save_policies(
     sharded: bool = False,
     main: bool = True,
 ) -> dict[str, Path]:
-    """Write each policy (a causal LM, or an :class:`~agents.training.adapters.AdapterView`) to
+    """Write each policy (a causal LM, or an :class:`~cory_agents.training.adapters.AdapterView`) to
     ``folder/<name>`` with ``save_pretrained``, and its tokenizer (``tokenizers[name]``) beside it;
     returns the paths.
 

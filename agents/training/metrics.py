@@ -12,7 +12,7 @@ header and earlier rows get an empty cell (NaN in ``read_metrics``). Every row i
 so a killed run keeps what it logged.
 
 The experiment trackers (``report_to``: TensorBoard by default, W&B, MLflow, ... through
-accelerate's tracking API, :mod:`agents.training.trackers`) get the same scalars, tags grouped by prefix
+accelerate's tracking API, :mod:`cory_agents.training.trackers`) get the same scalars, tags grouped by prefix
 as in CleanRL: learner keys as they are, global keys under ``charts/``; and the run's settings
 as hyperparameters. ``<out_dir>/samples.jsonl`` holds sampled texts, one JSON object per line.
 
@@ -45,7 +45,7 @@ from typing import Any
 
 import pandas as pd
 
-from agents.training.trackers import DEFAULT, Trackers, resolve_report_to
+from cory_agents.training.trackers import DEFAULT, Trackers, resolve_report_to
 
 METRICS_FILE = "metrics.csv"
 SAMPLES_FILE = "samples.jsonl"

@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from agents.training.metrics import read_metrics
+from cory_agents.training.metrics import read_metrics
 
 # metric key -> (axis label, file name written by plot_run)
 RUN_PLOTS = {

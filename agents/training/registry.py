@@ -1,24 +1,24 @@
 """The ``--learner`` registry: :data:`LEARNERS`, the factories that build one learner each.
 
-A factory is called once per learner when a run is assembled (:func:`agents.training.build.assemble`)::
+A factory is called once per learner when a run is assembled (:func:`cory_agents.training.build.assemble`)::
 
     factory(config, *, policy, reference, seed, sampling, device)
 
-``config`` is the run's resolved :class:`~agents.training.config.TrainConfig` (its
+``config`` is the run's resolved :class:`~cory_agents.training.config.TrainConfig` (its
 ``learner_config()``: the learner's own config, :data:`LEARNER_CONFIGS`), ``policy`` this
 learner's trainable causal LM (full copy or LoRA adapter view, on ``device``), ``reference``
 its frozen reference (learners on one device share it), ``sampling`` LMActor's keyword
 arguments. Under ``accelerate launch`` the factory also gets ``data_parallel``
-(:class:`~agents.distributed.data_parallel.DataParallel`): the learner must then average its
+(:class:`~cory_agents.distributed.data_parallel.DataParallel`): the learner must then average its
 gradients over the processes (``data_parallel.average_gradients``) so that their weights stay
 equal, and under FSDP shard any module it adds to ``policy`` (``data_parallel.shard``) before
 building its optimizer (``policy`` and ``reference`` come sharded).
 
-A *team learner* (:mod:`agents.learners.team`: one object that learns for all the agents at once
+A *team learner* (:mod:`cory_agents.learners.team`: one object that learns for all the agents at once
 from the whole team's episodes) is registered as a :class:`TeamFactory`: its members are built by
 the per-agent factory ``LEARNERS[member]``, one per agent as above, then ``build(config, members,
-seed=config.seed)`` makes the team. ``happo`` (:mod:`agents.learners.happo`) and ``difference``
-(:mod:`agents.learners.difference`) are team learners over PPO members.
+seed=config.seed)`` makes the team. ``happo`` (:mod:`cory_agents.learners.happo`) and ``difference``
+(:mod:`cory_agents.learners.difference`) are team learners over PPO members.
 
 Register another algorithm with ``LEARNERS["name"] = factory`` (or a ``TeamFactory``) before the
 config is made (or the command-line parser built): see docs/plug-in-your-algorithm.md. This
@@ -31,16 +31,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agents.learners.base import Learner
-from agents.learners.difference import DifferenceConfig, DifferenceRewards
-from agents.learners.grpo import GRPOConfig, GRPOLearner, RLOOConfig
-from agents.learners.happo import HAPPO, HAPPOConfig
-from agents.learners.lm import LMLearnerConfig
-from agents.learners.ppo import PPOConfig, PPOLearner
-from agents.learners.team import TeamLearner
-from agents.learners.value_model import CausalLMWithValueHead
-from agents.speed import padding_free
-from agents.speed.scoring_reuse import reuse_scoring_pass
+from cory_agents.learners.base import Learner
+from cory_agents.learners.difference import DifferenceConfig, DifferenceRewards
+from cory_agents.learners.grpo import GRPOConfig, GRPOLearner, RLOOConfig
+from cory_agents.learners.happo import HAPPO, HAPPOConfig
+from cory_agents.learners.lm import LMLearnerConfig
+from cory_agents.learners.ppo import PPOConfig, PPOLearner
+from cory_agents.learners.team import TeamLearner
+from cory_agents.learners.value_model import CausalLMWithValueHead
+from cory_agents.speed import padding_free
+from cory_agents.speed.scoring_reuse import reuse_scoring_pass
 
 LearnerFactory = Callable[..., Learner]
 
@@ -48,7 +48,7 @@ LearnerFactory = Callable[..., Learner]
 def ppo_learner(config, *, policy, reference, seed, sampling, device, data_parallel=None) -> PPOLearner:
     """PPO-LLM: the policy gets a value head (critic)."""
     model = CausalLMWithValueHead(policy).to(device)
-    if config.padding_free:  # the value head packs once, around the LM (agents.speed.padding_free)
+    if config.padding_free:  # the value head packs once, around the LM (cory_agents.speed.padding_free)
         padding_free.enable(model)
     if data_parallel is not None:
         data_parallel.shard(model.v_head)  # FSDP: the value head is a unit of its own (the LM is one already)
@@ -70,7 +70,7 @@ def rloo_learner(config, *, policy, reference, seed, sampling, device, data_para
 class TeamFactory:
     """How ``--learner NAME`` builds a team learner: ``member`` names the per-agent factory of
     :data:`LEARNERS` that builds each member (with this learner's config section), then
-    ``build(config, members, seed=...)`` returns the :class:`~agents.learners.team.TeamLearner`."""
+    ``build(config, members, seed=...)`` returns the :class:`~cory_agents.learners.team.TeamLearner`."""
 
     member: str
     build: Callable[..., TeamLearner]
@@ -97,7 +97,7 @@ LEARNERS: dict[str, LearnerFactory | TeamFactory] = {
 
 #: Each learner's own config: its section of the command line (``cory-train --learner NAME --help``)
 #: and what ``TrainConfig.learner_config()`` gives its factory (a team's members get the team's). A
-#: learner registered without one gets the shared :class:`~agents.learners.lm.LMLearnerConfig`
+#: learner registered without one gets the shared :class:`~cory_agents.learners.lm.LMLearnerConfig`
 #: section; its factory reads any other setting from the run's config.
 LEARNER_CONFIGS: dict[str, type[LMLearnerConfig]] = {
     "ppo": PPOConfig,

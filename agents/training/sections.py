@@ -2,8 +2,8 @@
 
 :class:`TaskConfig`, :class:`ModelConfig`, :class:`GameConfig`, :class:`GenerationConfig`,
 :class:`OutputConfig` and :class:`SpeedConfig`, with the learners' own configs
-(:class:`~agents.learners.lm.LMLearnerConfig` and its subclasses) between the game and the
-generation, make up :class:`~agents.training.config.TrainConfig`. A field's help text is what
+(:class:`~cory_agents.learners.lm.LMLearnerConfig` and its subclasses) between the game and the
+generation, make up :class:`~cory_agents.training.config.TrainConfig`. A field's help text is what
 ``--help`` prints and docs/cli.md shows; its default is the one default of that setting.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from agents.learners.lm import flag
-from agents.training.registry import LEARNERS
+from cory_agents.learners.lm import flag
+from cory_agents.training.registry import LEARNERS
 from cory_env.models import EMBEDDED_MODEL
 from cory_env.tasks import TASKS
 
@@ -174,17 +174,17 @@ class SpeedConfig:
     )
     retain_freed_memory: bool = flag(
         True,
-        "CPU runs on Linux: keep freed memory in the process for reuse instead of returning it to the OS (no page faults on every large tensor; same peak memory; agents.speed.host_memory, figures in docs/benchmarks.md)",
+        "CPU runs on Linux: keep freed memory in the process for reuse instead of returning it to the OS (no page faults on every large tensor; same peak memory; cory_agents.speed.host_memory, figures in docs/benchmarks.md)",
     )
     cpu_linear: bool = flag(
         True,
-        "CPU runs in float32: linear layers take the matrix-multiply layout the CPU runs fastest when a decode step multiplies a few rows, and give a frozen LM head a contiguous input (agents.speed.cpu_linear, figures in docs/benchmarks.md)",
+        "CPU runs in float32: linear layers take the matrix-multiply layout the CPU runs fastest when a decode step multiplies a few rows, and give a frozen LM head a contiguous input (cory_agents.speed.cpu_linear, figures in docs/benchmarks.md)",
     )
     padding_free: bool = flag(
         True,
-        "prompt prefills, scoring and training passes run each batch's real tokens as one row, without the padding of its shorter contexts, and the tokens a context starts with in common with an earlier one (a prompt template's head, a GRPO group's prompt) once (as TRL's padding_free; sdpa attention, per context; agents.speed.padding_free)",
+        "prompt prefills, scoring and training passes run each batch's real tokens as one row, without the padding of its shorter contexts, and the tokens a context starts with in common with an earlier one (a prompt template's head, a GRPO group's prompt) once (as TRL's padding_free; sdpa attention, per context; cory_agents.speed.padding_free)",
     )
     reuse_scoring_pass: bool = flag(
         True,
-        "PPO with one minibatch per epoch (--mini-batch-size = --batch-size): epoch 0's training forward pass doubles as the scoring pass of the old log-probs and values, one forward pass fewer per update (agents.speed.scoring_reuse)",
+        "PPO with one minibatch per epoch (--mini-batch-size = --batch-size): epoch 0's training forward pass doubles as the scoring pass of the old log-probs and values, one forward pass fewer per update (cory_agents.speed.scoring_reuse)",
     )

@@ -11,7 +11,7 @@ TRL's ``report_to`` takes:
   tensorboard, trackio, wandb`` and those registered with ``accelerate.tracking.register_tracker_class``);
 - ``all``: every one of accelerate's trackers whose package is installed; ``none``: none.
 
-``metrics.csv`` and ``samples.jsonl`` are written whatever it says (:mod:`agents.training.metrics`).
+``metrics.csv`` and ``samples.jsonl`` are written whatever it says (:mod:`cory_agents.training.metrics`).
 
 Where each tracker puts the run: trackers that keep their files in a folder (TensorBoard, Aim)
 get ``--out``'s name as the run and its parent folder as the place, so TensorBoard's event files

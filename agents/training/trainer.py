@@ -8,16 +8,16 @@ the weights). With ``--models`` each learner is its own model, with its own toke
 frozen reference. PPO plays the same environment with the pioneer alone and its own task reward.
 
 The trainer is the loop. What it plays comes from two steps that run before it:
-:func:`~agents.training.config.resolve` (every setting filled in and checked) and
-:func:`~agents.training.build.assemble` (task, models, learners, game). Each iteration: one
+:func:`~cory_agents.training.config.resolve` (every setting filled in and checked) and
+:func:`~cory_agents.training.build.assemble` (task, models, learners, game). Each iteration: one
 batched episode (the rollout), then the team's update: ``team.learn`` with every learner's
-episode (:mod:`agents.learners.team`; per-agent learners each learn alone, a team learner such as
+episode (:mod:`cory_agents.learners.team`; per-agent learners each learn alone, a team learner such as
 HAPPO learns for all at once). A learner is built by the factory ``LEARNERS[config.learner]``
-(``--learner ppo|grpo|rloo|happo|difference``, :mod:`agents.training.registry`); any object with
-the :class:`~agents.learners.base.Learner` or :class:`~agents.learners.team.TeamLearner`
+(``--learner ppo|grpo|rloo|happo|difference``, :mod:`cory_agents.training.registry`); any object with
+the :class:`~cory_agents.learners.base.Learner` or :class:`~cory_agents.learners.team.TeamLearner`
 interface can be registered there.
 Under ``accelerate launch`` every process plays its own episode and the updates are
-synchronised (:mod:`agents.distributed.data_parallel`); only the main process writes files.
+synchronised (:mod:`cory_agents.distributed.data_parallel`); only the main process writes files.
 """
 
 from __future__ import annotations
@@ -36,24 +36,24 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from agents.distributed.data_parallel import DataParallel, fingerprint
-from agents.distributed.fsdp import full_state, shard_state
-from agents.learners.base import Episode
-from agents.learners.team import TeamEpisode
-from agents.training.build import assemble, named_trainable, trainable_parameters
-from agents.training.checkpoint import (
+from cory_agents.distributed.data_parallel import DataParallel, fingerprint
+from cory_agents.distributed.fsdp import full_state, shard_state
+from cory_agents.learners.base import Episode
+from cory_agents.learners.team import TeamEpisode
+from cory_agents.training.build import assemble, named_trainable, trainable_parameters
+from cory_agents.training.checkpoint import (
     checkpoint_dir,
     checkpoint_iteration,
     latest_checkpoint,
     load_latest,
     save_checkpoint,
 )
-from agents.training.config import TrainConfig, check_resumable, resolve
-from agents.training.export import MODEL_DIR, save_policies
-from agents.training.interrupt import StopRequests
-from agents.training.metrics import MetricsLogger
-from agents.training.plots import plot_run
-from agents.training.run_lock import RunExistsError, RunLock
+from cory_agents.training.config import TrainConfig, check_resumable, resolve
+from cory_agents.training.export import MODEL_DIR, save_policies
+from cory_agents.training.interrupt import StopRequests
+from cory_agents.training.metrics import MetricsLogger
+from cory_agents.training.plots import plot_run
+from cory_agents.training.run_lock import RunExistsError, RunLock
 from cory_env.errors import UsageError
 from cory_env.prompts import PromptSource
 from cory_env.rewards.base import RewardCallCancelled, RewardFunction
@@ -222,7 +222,7 @@ class Trainer:
     def train(self, progress: bool = True) -> Path:
         """Run (or resume) to ``config.iterations``; returns the output folder.
 
-        The run holds the output folder's lock throughout (:mod:`agents.training.run_lock`): a
+        The run holds the output folder's lock throughout (:mod:`cory_agents.training.run_lock`): a
         second run into the same ``--out`` fails at once. In a data-parallel run every process
         calls this; only the main one holds the lock and writes files.
         """
@@ -337,7 +337,7 @@ class Trainer:
 
     def save_model(self, folder: str | Path | None = None) -> dict[str, Path]:
         """Write each learner's policy as a Hugging Face model to ``folder/<learner>`` (default
-        ``--out/model``): :func:`agents.training.export.save_policies`. In a data-parallel run every process
+        ``--out/model``): :func:`cory_agents.training.export.save_policies`. In a data-parallel run every process
         calls it (under FSDP it gathers the weights); only the main one writes. Returns the paths."""
         folder = self.out / MODEL_DIR if folder is None else Path(folder)
         dp = self.data_parallel

@@ -20,17 +20,17 @@ from pathlib import Path
 from mkdocs.exceptions import PluginError
 
 COMMANDS: dict[str, str] = {
-    "cory-train": "agents.cli.train:build_parser",
-    "cory-train --learner grpo": "agents.cli.train:grpo_parser",
-    "cory-train --learner happo": "agents.cli.train:happo_parser",
+    "cory-train": "cory_agents.cli.train:build_parser",
+    "cory-train --learner grpo": "cory_agents.cli.train:grpo_parser",
+    "cory-train --learner happo": "cory_agents.cli.train:happo_parser",
     "python examples/play_episode.py": "examples/play_episode.py:build_parser",
     "python examples/plot_runs.py": "examples/plot_runs.py:build_parser",
     "python examples/train_sb3.py": "examples/train_sb3.py:build_parser",
     "python examples/train_torchrl.py": "examples/train_torchrl.py:build_parser",
-    "cory-eval": "agents.cli.evaluate:build_parser",
-    "cory-export": "agents.cli.export:build_parser",
-    "cory-bench": "agents.evaluation.reward_benchmark:build_parser",
-    "python -m agents.training.checkpoint": "agents.training.checkpoint:build_parser",
+    "cory-eval": "cory_agents.cli.evaluate:build_parser",
+    "cory-export": "cory_agents.cli.export:build_parser",
+    "cory-bench": "cory_agents.evaluation.reward_benchmark:build_parser",
+    "python -m cory_agents.training.checkpoint": "cory_agents.training.checkpoint:build_parser",
 }
 PAGE = "cli.md"
 MARKER = "<!-- cli-reference -->"

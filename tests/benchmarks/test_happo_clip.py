@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from agents.evaluation import reward_benchmark
 from benchmarks import happo_clip, multi_agent
+from cory_agents.evaluation import reward_benchmark
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -17,12 +17,12 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from agents.training.config import TrainConfig
-from agents.training.trainer import Trainer
+from cory_agents.training.config import TrainConfig
+from cory_agents.training.trainer import Trainer
 from tests.support.toy import fraction_good, save_tiny_llama, toy_tokenizer
 
 #: Each run's settings beside the common ones; in cory_one_minibatch a minibatch is the whole batch
-#: (PPO's first training pass then doubles as its scoring pass: agents.speed.scoring_reuse).
+#: (PPO's first training pass then doubles as its scoring pass: cory_agents.speed.scoring_reuse).
 RUNS = {
     "cory": {},
     "cory_lora": dict(lora=True),

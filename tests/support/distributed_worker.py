@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agents.algorithms.advantages import whiten
-from agents.distributed.data_parallel import DataParallel, fingerprint
+from cory_agents.algorithms.advantages import whiten
+from cory_agents.distributed.data_parallel import DataParallel, fingerprint
 from tests.support.two_processes import join_two_processes
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agents.distributed.fsdp import is_sharded
-from agents.learners.ppo import PPOConfig, PPOLearner
-from agents.learners.value_model import CausalLMWithValueHead
-from agents.training.build import trainable_parameters as _trainable_parameters
-from agents.training.config import TrainConfig
-from agents.training.registry import LEARNERS
-from agents.training.trainer import Trainer
+from cory_agents.distributed.fsdp import is_sharded
+from cory_agents.learners.ppo import PPOConfig, PPOLearner
+from cory_agents.learners.value_model import CausalLMWithValueHead
+from cory_agents.training.build import trainable_parameters as _trainable_parameters
+from cory_agents.training.config import TrainConfig
+from cory_agents.training.registry import LEARNERS
+from cory_agents.training.trainer import Trainer
 from tests.support.toy import fraction_good
 from tests.support.two_processes import join_two_processes, one_iteration
 

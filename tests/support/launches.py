@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
-from agents.training.checkpoint import latest_checkpoint, load_checkpoint
-from agents.training.config import TrainConfig
+from cory_agents.training.checkpoint import latest_checkpoint, load_checkpoint
+from cory_agents.training.config import TrainConfig
 from tests.support import ROOT
 
 MULTI_GPU_CONFIG = ROOT / "examples" / "accelerate" / "multi_gpu.yaml"

@@ -25,8 +25,8 @@ import torch
 from tests.support.toy import fraction_good, save_tiny_llama, toy_tokenizer
 
 try:  # today's layout
-    from agents.training.config import TrainConfig
-    from agents.training.trainer import Trainer
+    from cory_agents.training.config import TrainConfig
+    from cory_agents.training.trainer import Trainer
 except ImportError:  # cory-env before the move (7662da4)
     from agents.trainer import TrainConfig, Trainer
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from agents.training.config import TrainConfig
+from cory_agents.training.config import TrainConfig
 from tests.support import ROOT
 
 PROMPTS = ["the movie was", "the plot is", "acting is very"]
@@ -67,7 +67,7 @@ def team_rises(model: Path, out: Path, learner: str, num_agents: int) -> dict[st
     """:func:`rise_over_seeds` of a chain of ``num_agents`` that ``learner`` (a team learner) trains on the toy
     task: 14 iterations and no KL penalty, as the chain-of-three test of independent PPO
     (tests/agents/training/test_teams.py), so that it measures learning alone."""
-    from agents.training.trainer import Trainer
+    from cory_agents.training.trainer import Trainer
     from tests.support.toy import fraction_good
 
     def train(seed: int, folder: Path) -> None:

@@ -23,8 +23,8 @@ def join_two_processes(rank: int, port: int, **environment: str) -> None:
 
 def one_iteration(model: str, results: str) -> Any:
     """A CORY trainer on ``model`` after one small iteration (batch 4, two minibatches)."""
-    from agents.training.config import TrainConfig
-    from agents.training.trainer import Trainer
+    from cory_agents.training.config import TrainConfig
+    from cory_agents.training.trainer import Trainer
     from tests.support.toy import fraction_good
 
     config = TrainConfig(

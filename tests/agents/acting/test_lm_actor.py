@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agents.acting.actor import generate_positions, sample_categorical
+from cory_agents.acting.actor import generate_positions, sample_categorical
 
 
 def test_samples_follow_each_rows_distribution():

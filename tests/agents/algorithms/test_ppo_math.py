@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from agents.algorithms.advantages import explained_variance, gae, whiten
-from agents.algorithms.kl import AdaptiveKLController, FixedKLController, kl_per_token, token_rewards
-from agents.algorithms.losses import policy_loss, value_loss
+from cory_agents.algorithms.advantages import explained_variance, gae, whiten
+from cory_agents.algorithms.kl import AdaptiveKLController, FixedKLController, kl_per_token, token_rewards
+from cory_agents.algorithms.losses import policy_loss, value_loss
 
 D = torch.float64
 

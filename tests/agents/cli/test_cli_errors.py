@@ -1,5 +1,5 @@
 """The commands print an error of cory-env's own in one line, with exit status 2 (usage) or 1; --debug and
-CORY_DEBUG=1 show its traceback; any other exception keeps its traceback (agents.cli.errors)."""
+CORY_DEBUG=1 show its traceback; any other exception keeps its traceback (cory_agents.cli.errors)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from agents.cli import evaluate as cory_eval
-from agents.cli import export as cory_export
-from agents.cli import train as cory_train
-from agents.cli.errors import DEBUG_VARIABLE, error_line, one_line_errors
-from agents.evaluation import reward_benchmark
-from agents.evaluation.held_out import CheckpointNotFoundError
+from cory_agents.cli import evaluate as cory_eval
+from cory_agents.cli import export as cory_export
+from cory_agents.cli import train as cory_train
+from cory_agents.cli.errors import DEBUG_VARIABLE, error_line, one_line_errors
+from cory_agents.evaluation import reward_benchmark
+from cory_agents.evaluation.held_out import CheckpointNotFoundError
 from cory_env.errors import CoryError, UsageError
 from cory_env.rewards.registry import RewardNotFoundError
 from tests.support import ROOT
@@ -62,7 +62,7 @@ def toy_args(model: Path, out: Path, *extra: str) -> list[str]:
 def run(monkeypatch, capsys):
     """``run(main, prog, args)``: a command's ``main()`` as its console script calls it (``sys.argv`` set, no
     argv); returns its exit status and stderr. cory-train's log handler is taken off again afterwards."""
-    loggers = [logging.getLogger(name) for name in ("agents", "cory_env")]
+    loggers = [logging.getLogger(name) for name in ("cory_agents", "cory_env")]
     before = [(logger.level, list(logger.handlers)) for logger in loggers]
 
     def run_(main, prog: str, args: list[str]) -> tuple[int, str]:
@@ -385,8 +385,8 @@ def test_every_command_lists_debug_in_its_help():
     ],
 )
 def test_a_retired_flag_is_refused_naming_its_replacement(argv, replacement, capsys):
-    from agents.cli.train import build_parser
-    from agents.evaluation.reward_benchmark import build_parser as bench_parser
+    from cory_agents.cli.train import build_parser
+    from cory_agents.evaluation.reward_benchmark import build_parser as bench_parser
 
     for parser in (build_parser(), bench_parser()):
         with pytest.raises(SystemExit) as exit:
@@ -398,7 +398,7 @@ def test_a_retired_flag_is_refused_naming_its_replacement(argv, replacement, cap
 
 @pytest.mark.parametrize("argv", [["--source", "imdb"], ["--source=imdb"]])
 def test_cory_eval_names_the_prompt_source_as_cory_train_does(argv, capsys):
-    from agents.cli.evaluate import build_parser
+    from cory_agents.cli.evaluate import build_parser
 
     parser = build_parser()
     with pytest.raises(SystemExit) as exit:

@@ -23,10 +23,10 @@ import pytest
 import torch.multiprocessing as mp
 from transformers import HfArgumentParser
 
-from agents.distributed.data_parallel import DataParallel, fingerprint
-from agents.distributed.zero import ZeROSettings
-from agents.training.config import TrainConfig
-from agents.training.trainer import Trainer
+from cory_agents.distributed.data_parallel import DataParallel, fingerprint
+from cory_agents.distributed.zero import ZeROSettings
+from cory_agents.training.config import TrainConfig
+from cory_agents.training.trainer import Trainer
 from tests.support import ROOT
 from tests.support.launches import (
     MULTI_GPU_CONFIG,

@@ -22,11 +22,11 @@ import torch
 import torch.multiprocessing as mp
 from transformers import HfArgumentParser
 
-from agents.algorithms.advantages import whiten
-from agents.distributed.data_parallel import DataParallel, fingerprint
-from agents.training.checkpoint import latest_checkpoint, load_checkpoint
-from agents.training.config import TrainConfig
-from agents.training.trainer import Trainer
+from cory_agents.algorithms.advantages import whiten
+from cory_agents.distributed.data_parallel import DataParallel, fingerprint
+from cory_agents.training.checkpoint import latest_checkpoint, load_checkpoint
+from cory_agents.training.config import TrainConfig
+from cory_agents.training.trainer import Trainer
 from tests.support import ROOT
 from tests.support.distributed_worker import collectives_worker
 from tests.support.launches import accelerate_launch, free_port, hide_cuda_env, launch_command, one_iteration_config

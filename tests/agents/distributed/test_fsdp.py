@@ -18,10 +18,10 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file
 from transformers import HfArgumentParser
 
-from agents.distributed.data_parallel import DataParallel, fingerprint
-from agents.distributed.fsdp import FSDPSettings, shard
-from agents.training.config import TrainConfig
-from agents.training.trainer import Trainer
+from cory_agents.distributed.data_parallel import DataParallel, fingerprint
+from cory_agents.distributed.fsdp import FSDPSettings, shard
+from cory_agents.training.config import TrainConfig
+from cory_agents.training.trainer import Trainer
 from tests.support import ROOT
 from tests.support.fsdp_worker import fsdp_worker
 from tests.support.launches import (

@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from agents.evaluation.held_out import (
+from cory_agents.evaluation.held_out import (
     EvalConfig,
     distinct_n,
     evaluate,
@@ -29,9 +29,9 @@ from agents.evaluation.held_out import (
     summarize,
     task_prompts,
 )
-from agents.learners.ppo import Episode
-from agents.training.config import TrainConfig
-from agents.training.trainer import Trainer
+from cory_agents.learners.ppo import Episode
+from cory_agents.training.config import TrainConfig
+from cory_agents.training.trainer import Trainer
 from cory_env import env
 from cory_env.prompts import PromptList
 from tests.support import ROOT

@@ -1,10 +1,10 @@
-"""agents.evaluation.report: a script rewrites its sections of a hand-written page and nothing else."""
+"""cory_agents.evaluation.report: a script rewrites its sections of a hand-written page and nothing else."""
 
 from __future__ import annotations
 
 import pytest
 
-from agents.evaluation.report import write_sections
+from cory_agents.evaluation.report import write_sections
 
 A, B = ("<!-- a -->", "<!-- /a -->"), ("<!-- b -->", "<!-- /b -->")
 

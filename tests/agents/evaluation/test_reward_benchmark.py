@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from agents.evaluation.reward_benchmark import main
-from agents.training.config import TrainConfig
-from agents.training.plots import plot_kl_vs_reward
+from cory_agents.evaluation.reward_benchmark import main
+from cory_agents.training.config import TrainConfig
+from cory_agents.training.plots import plot_kl_vs_reward
 from cory_env.errors import UsageError
 from tests.support import ROOT
 
@@ -256,7 +256,7 @@ def test_refuses_to_mix_or_shorten_benchmarks(benchmark):
 
 
 def test_overwrite_deletes_the_runs_of_the_benchmark_it_replaces(tmp_path):
-    from agents.evaluation.reward_benchmark import BenchmarkConfig, _prepare, _settings
+    from cory_agents.evaluation.reward_benchmark import BenchmarkConfig, _prepare, _settings
 
     out = tmp_path / "bench"
     before = BenchmarkConfig(out=str(out), algos=["cory", "cory:happo"])
@@ -330,8 +330,8 @@ def test_help_lists_training_and_benchmark_flags(capsys):
 
 
 def test_training_flags_come_in_cory_trains_sections_with_the_entries_learners(capsys):
-    from agents.evaluation.reward_benchmark import PER_RUN, build_parser, parse_args, training_sections
-    from agents.training.registry import LEARNERS
+    from cory_agents.evaluation.reward_benchmark import PER_RUN, build_parser, parse_args, training_sections
+    from cory_agents.training.registry import LEARNERS
 
     # Every training flag but the per-run ones, once, whatever the learners.
     every = [f.name for s in training_sections(LEARNERS) for f in dataclasses.fields(s)]

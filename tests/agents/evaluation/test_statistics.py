@@ -1,4 +1,4 @@
-"""agents.evaluation.statistics against hand-computed cases: t intervals, Welch's test, the reward rise.
+"""cory_agents.evaluation.statistics against hand-computed cases: t intervals, Welch's test, the reward rise.
 
 The t quantiles used by hand have closed forms: with 1 degree of freedom T is Cauchy,
 t_p = tan(pi (p - 1/2)); with 2, F(t) = 1/2 + t / (2 sqrt(t^2 + 2)), so t_p = a sqrt(2 / (1 - a^2))
@@ -13,8 +13,8 @@ import math
 import pytest
 from scipy import stats
 
-import agents.evaluation.statistics
-from agents.evaluation.statistics import mean_ci, reward_rise, welch_test
+import cory_agents.evaluation.statistics
+from cory_agents.evaluation.statistics import mean_ci, reward_rise, welch_test
 
 T_975_DOF1 = math.tan(0.475 * math.pi)  # 12.7062
 T_975_DOF2 = 0.95 * math.sqrt(2 / (1 - 0.95**2))  # 4.3027
@@ -140,4 +140,4 @@ def test_reward_rise_needs_two_windows():
 
 
 def test_docstring_examples():
-    assert doctest.testmod(agents.evaluation.statistics).failed == 0
+    assert doctest.testmod(cory_agents.evaluation.statistics).failed == 0

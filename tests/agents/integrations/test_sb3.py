@@ -13,7 +13,7 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 
 import cory_env
-from agents.integrations.sb3 import (
+from cory_agents.integrations.sb3 import (
     RolloutMetricsCallback,
     TokenEmbeddingExtractor,
     episode_rewards,

@@ -15,7 +15,7 @@ from tianshou.data import Collector, CollectStats, VectorReplayBuffer  # noqa: E
 from tianshou.env import DummyVectorEnv, PettingZooEnv, SubprocVectorEnv  # noqa: E402
 
 import cory_env  # noqa: E402
-from agents.integrations.tianshou import ActionMaskWrapper  # noqa: E402
+from cory_agents.integrations.tianshou import ActionMaskWrapper  # noqa: E402
 from cory_env import CollectiveRewardWrapper, RoleExchangeWrapper  # noqa: E402
 from cory_env.tasks.toy import TOY_PROMPTS, fraction_good, toy_tokenizer  # noqa: E402
 

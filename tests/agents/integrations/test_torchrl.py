@@ -18,7 +18,7 @@ from torchrl.envs import PettingZooWrapper  # noqa: E402
 from torchrl.envs.utils import check_env_specs  # noqa: E402
 
 import cory_env  # noqa: E402
-from agents.integrations.torchrl import (  # noqa: E402
+from cory_agents.integrations.torchrl import (  # noqa: E402
     episode_rewards,
     finished_episode_rewards,
     fixed_token_policy,

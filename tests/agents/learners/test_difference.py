@@ -8,9 +8,9 @@ import copy
 import numpy as np
 import pytest
 
-from agents.learners.difference import BLANK, DifferenceRewards
-from agents.learners.team import TeamEpisode
-from agents.training.trainer import Trainer
+from cory_agents.learners.difference import BLANK, DifferenceRewards
+from cory_agents.learners.team import TeamEpisode
+from cory_agents.training.trainer import Trainer
 from tests.support.runs import PROMPTS, team_rises, toy_config
 from tests.support.toy import fraction_good
 

@@ -17,15 +17,15 @@ import torch
 from transformers import HfArgumentParser
 from trl.trainer.utils import nanstd
 
-from agents.algorithms.advantages import group_advantages
-from agents.algorithms.kl import kl_per_token
-from agents.learners.base import Learner
-from agents.learners.grpo import GRPOConfig, GRPOLearner, RLOOConfig
-from agents.learners.ppo import PPOLearner
-from agents.training.checkpoint import load_checkpoint
-from agents.training.config import TrainConfig
-from agents.training.registry import LEARNERS
-from agents.training.trainer import Trainer
+from cory_agents.algorithms.advantages import group_advantages
+from cory_agents.algorithms.kl import kl_per_token
+from cory_agents.learners.base import Learner
+from cory_agents.learners.grpo import GRPOConfig, GRPOLearner, RLOOConfig
+from cory_agents.learners.ppo import PPOLearner
+from cory_agents.training.checkpoint import load_checkpoint
+from cory_agents.training.config import TrainConfig
+from cory_agents.training.registry import LEARNERS
+from cory_agents.training.trainer import Trainer
 from cory_env.prompts import Prompt, repeat_each
 from tests.support import ROOT
 from tests.support.runs import cli, cli_env, reward_curve, toy_cli_args, toy_config
@@ -122,10 +122,10 @@ def test_config_rejects_bad_values():
 
 def test_the_learner_configs_are_the_command_lines_sections_one_name_one_default():
     """What the CLI parses for --learner is the learner's config itself: no renames, no second defaults."""
-    from agents.cli.train import parse_config
-    from agents.learners.difference import DifferenceConfig
-    from agents.learners.happo import HAPPOConfig
-    from agents.learners.ppo import PPOConfig
+    from cory_agents.cli.train import parse_config
+    from cory_agents.learners.difference import DifferenceConfig
+    from cory_agents.learners.happo import HAPPOConfig
+    from cory_agents.learners.ppo import PPOConfig
 
     sections = (("ppo", PPOConfig), ("grpo", GRPOConfig), ("rloo", RLOOConfig))
     for learner, section in (*sections, ("happo", HAPPOConfig), ("difference", DifferenceConfig)):
@@ -283,7 +283,7 @@ def test_cli_end_to_end_with_grpo(toy_model, tmp_path):
 
 
 def test_cli_help_lists_the_learners():
-    from agents.cli.train import build_parser
+    from cory_agents.cli.train import build_parser
 
     help_text = build_parser().format_help()
     assert "--learner {ppo,grpo,rloo,happo,difference}" in help_text and "--value-lr VALUE_LR" in help_text

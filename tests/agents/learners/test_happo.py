@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 import torch
 
-from agents.learners.happo import HAPPO
-from agents.learners.team import TeamEpisode
-from agents.training.trainer import Trainer
+from cory_agents.learners.happo import HAPPO
+from cory_agents.learners.team import TeamEpisode
+from cory_agents.training.trainer import Trainer
 from tests.support.runs import PROMPTS, team_rises, toy_config
 from tests.support.toy import fraction_good
 
@@ -140,7 +140,7 @@ def test_response_logprobs_are_each_answers_log_likelihood(toy_model, tmp_path):
 
 
 def test_the_factor_clip_is_happos_flag_and_a_bad_one_is_refused():
-    from agents.cli.train import parse_config
+    from cory_agents.cli.train import parse_config
 
     assert parse_config(["--learner", "happo", "--happo-factor-clip", "2"]).learner_config().happo_factor_clip == 2.0
     assert parse_config(["--learner", "happo"]).learner_config().happo_factor_clip is None  # unclipped, as HARL

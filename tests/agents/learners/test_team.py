@@ -11,12 +11,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from agents.learners.happo import HAPPO
-from agents.learners.ppo import PPOLearner
-from agents.learners.team import IndependentLearners, TeamLearner
-from agents.training.checkpoint import load_checkpoint
-from agents.training.registry import LEARNERS
-from agents.training.trainer import Trainer
+from cory_agents.learners.happo import HAPPO
+from cory_agents.learners.ppo import PPOLearner
+from cory_agents.learners.team import IndependentLearners, TeamLearner
+from cory_agents.training.checkpoint import load_checkpoint
+from cory_agents.training.registry import LEARNERS
+from cory_agents.training.trainer import Trainer
 from tests.support import ROOT
 from tests.support.runs import PROMPTS, cli, cli_env, metrics_without_timing, toy_config
 from tests.support.toy import fraction_good

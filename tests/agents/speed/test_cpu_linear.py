@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
-from agents.speed.cpu_linear import FEW_ROWS, CPULinear, use_cpu_linear
+from cory_agents.speed.cpu_linear import FEW_ROWS, CPULinear, use_cpu_linear
 
 
 def linear_pair(bias: bool = True) -> tuple[nn.Linear, nn.Linear]:

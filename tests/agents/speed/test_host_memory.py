@@ -1,4 +1,4 @@
-"""agents.speed.host_memory: freed large blocks are reused without page faults once retained.
+"""cory_agents.speed.host_memory: freed large blocks are reused without page faults once retained.
 
 Each case runs in a fresh interpreter: the setting is process-wide and would outlive the test.
 """
@@ -22,7 +22,7 @@ PAGES = 256 * 2**20 // 4096  # in the block the probe fills
 # Fill a 256 MiB tensor and free it, twelve times, then count the page faults of doing it again.
 # (With the heap kept, the first few freed blocks can each be stranded: a little too small for
 # the next 64-byte-aligned request of that size, and kept from coalescing by small chunks
-# cached above them; after at most about eight the space is reused. See agents.speed.host_memory.)
+# cached above them; after at most about eight the space is reused. See cory_agents.speed.host_memory.)
 PROBE = """
 import resource, torch
 def fill():
@@ -66,7 +66,7 @@ def faults_after(setup: str, *args: str) -> int:
 def test_freed_block_is_reused_without_page_faults():
     # glibc's default: the block went back to the OS, and each of its pages faults again on reuse.
     assert faults_after("") > PAGES // 2
-    retained = "from agents.speed.host_memory import retain_freed_memory\nassert retain_freed_memory() is True\n"
+    retained = "from cory_agents.speed.host_memory import retain_freed_memory\nassert retain_freed_memory() is True\n"
     assert faults_after(retained) < PAGES // 100
 
 
@@ -78,8 +78,8 @@ def test_a_cpu_trainer_retains_freed_memory_unless_told_not_to(tmp_path, toy_mod
     )
     setup = (
         "import json, sys\n"
-        "from agents.training.config import TrainConfig\n"
-        "from agents.training.trainer import Trainer\n"
+        "from cory_agents.training.config import TrainConfig\n"
+        "from cory_agents.training.trainer import Trainer\n"
         "Trainer(TrainConfig(**json.loads(sys.argv[1]))).run_iteration()\n"
     )
     faults = faults_after(setup, json.dumps(dataclasses.asdict(config)))

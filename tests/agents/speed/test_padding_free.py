@@ -1,4 +1,4 @@
-"""Padding-free passes (agents.speed.padding_free): the same outputs, gradients and updates as padded ones."""
+"""Padding-free passes (cory_agents.speed.padding_free): the same outputs, gradients and updates as padded ones."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-from agents.learners.lm import predicting_columns, response_inputs, response_logits
-from agents.learners.value_model import CausalLMWithValueHead
-from agents.speed import padding_free
-from agents.speed.padding_free import PackedBatch
-from agents.training.trainer import Trainer
+from cory_agents.learners.lm import predicting_columns, response_inputs, response_logits
+from cory_agents.learners.value_model import CausalLMWithValueHead
+from cory_agents.speed import padding_free
+from cory_agents.speed.padding_free import PackedBatch
+from cory_agents.training.trainer import Trainer
 from cory_env.models import hugging_face_model
 from tests.support.runs import toy_config
 from tests.support.toy import fraction_good
@@ -234,7 +234,7 @@ def test_decoding_with_a_kv_cache_is_sdpa_itself():
 @pytest.mark.parametrize("prompts", ["groups", "shared head"])
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 def test_the_actor_prefills_padding_free_and_then_decodes_as_the_padded_prefill_would(arch, prompts):
-    from agents.acting.actor import LMActor
+    from cory_agents.acting.actor import LMActor
 
     ids, mask = groups() if prompts == "groups" else batch(shared_head=True)
     W, B = 6, ids.shape[0]  # prompts: the first 6 columns (left-padded, sharing a head or a whole prompt)

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 import torch
 
-from agents.training.checkpoint import (
+from cory_agents.training.checkpoint import (
     CheckpointError,
     CheckpointSaveError,
     DamagedCheckpointError,
@@ -32,7 +32,7 @@ from agents.training.checkpoint import (
     main,
     save_checkpoint,
 )
-from agents.training.trainer import Trainer
+from cory_agents.training.trainer import Trainer
 from tests.support import DATA, ROOT
 from tests.support.golden import assert_same_run
 from tests.support.runs import PROMPTS, metrics_without_timing, toy_config
@@ -60,7 +60,7 @@ def test_a_failed_save_leaves_the_previous_checkpoint_and_no_partial_file(tmp_pa
             f.write(b"half a checkpoint")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("agents.training.checkpoint.save_file", disk_full)
+    monkeypatch.setattr("cory_agents.training.checkpoint.save_file", disk_full)
     with pytest.raises(CheckpointSaveError, match="No space left on device") as failed:
         save_checkpoint(tmp_path, 1, {"iteration": 2, "w": torch.ones(3)})
     assert isinstance(failed.value.__cause__, OSError)
@@ -94,7 +94,7 @@ def test_a_failed_first_save_says_the_run_starts_over(tmp_path, monkeypatch):
     def no_permission(tensors, path, metadata):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr("agents.training.checkpoint.save_file", no_permission)
+    monkeypatch.setattr("cory_agents.training.checkpoint.save_file", no_permission)
     with pytest.raises(CheckpointSaveError, match="Permission denied.*No earlier checkpoint exists"):
         save_checkpoint(tmp_path, 0, {"iteration": 1})
 
@@ -196,7 +196,8 @@ def test_a_pickle_that_would_run_code_is_refused_and_runs_nothing(tmp_path, toy_
     torch.save({"iteration": 5, "payload": Payload(marker)}, legacy)
     assert not marker.exists()
     with pytest.raises(
-        UntrustedCheckpointError, match=r"old pickle format.*--trust-checkpoint.*agents.training.checkpoint convert"
+        UntrustedCheckpointError,
+        match=r"old pickle format.*--trust-checkpoint.*cory_agents.training.checkpoint convert",
     ):
         load_checkpoint(legacy)
     config = toy_config(toy_model, tmp_path / "run", algo="ppo", iterations=6, resume=True)
@@ -257,7 +258,7 @@ def test_load_latest_falls_back_to_the_newest_intact_checkpoint(tmp_path, caplog
         save_checkpoint(tmp_path, i, _state(i), keep=3)
     newest = latest_checkpoint(tmp_path)
     newest.write_bytes(newest.read_bytes()[:1000])
-    with caplog.at_level(logging.WARNING, logger="agents.training.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="cory_agents.training.checkpoint"):
         path, state = load_latest(tmp_path)
     assert path.name == "iter_000001.safetensors" and state["iteration"] == 2
     assert (
@@ -286,7 +287,7 @@ def test_resume_skips_a_damaged_newest_checkpoint_and_still_matches_an_uninterru
     data = bytearray(newest.read_bytes())
     data[-5] ^= 0xFF  # one byte of the last tensor
     newest.write_bytes(bytes(data))
-    with caplog.at_level(logging.WARNING, logger="agents.training.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="cory_agents.training.checkpoint"):
         Trainer(
             toy_config(toy_model, run, iterations=4, resume=True, **kw), prompts=PROMPTS, reward_fn=fraction_good
         ).train(progress=False)
@@ -320,7 +321,7 @@ def test_bad_keep_is_refused(tmp_path):
 def test_evaluate_and_export_refuse_an_old_checkpoint_unless_trusted(tmp_path):
     import importlib.util
 
-    from agents.evaluation.held_out import EvalConfig, evaluate
+    from cory_agents.evaluation.held_out import EvalConfig, evaluate
 
     marker = tmp_path / "code_ran"
     legacy = tmp_path / "checkpoints" / "iter_000000.pt"

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from agents.training.interrupt import StopRequests
+from cory_agents.training.interrupt import StopRequests
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from agents.training.metrics import MetricsLogger, read_metrics
-from agents.training.plots import plot_comparison, plot_run
+from cory_agents.training.metrics import MetricsLogger, read_metrics
+from cory_agents.training.plots import plot_comparison, plot_run
 from tests.support import ROOT
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

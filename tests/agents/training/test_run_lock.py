@@ -13,12 +13,12 @@ import time
 import pandas as pd
 import pytest
 
-from agents.training import run_lock
-from agents.training.run_lock import LOCK_NAME, RunFolderInUseError, RunLock
+from cory_agents.training import run_lock
+from cory_agents.training.run_lock import LOCK_NAME, RunFolderInUseError, RunLock
 from tests.support import ROOT
 from tests.support.runs import cli, cli_env, toy_cli_args
 
-HOLD = "import sys, time; from agents.training.run_lock import RunLock; lock = RunLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(120)"
+HOLD = "import sys, time; from cory_agents.training.run_lock import RunLock; lock = RunLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(120)"
 
 
 def hold_in_another_process(folder):
@@ -46,7 +46,7 @@ def test_a_killed_holder_leaves_no_lock_and_its_record_is_reported(tmp_path, cap
     holder.send_signal(signal.SIGKILL)
     holder.wait()
     RunLock(tmp_path).check_free()  # the operating system released the lock
-    with caplog.at_level(logging.WARNING, logger="agents.training.run_lock"):
+    with caplog.at_level(logging.WARNING, logger="cory_agents.training.run_lock"):
         with RunLock(tmp_path) as lock:
             assert lock.held and json.loads((tmp_path / LOCK_NAME).read_text())["pid"] == os.getpid()
     assert f"process {holder.pid} on" in caplog.text and "ended without releasing it" in caplog.text
@@ -66,7 +66,7 @@ def test_the_lock_is_released_when_the_run_raises(tmp_path):
 
 #: Takes the folder's lock the way a run does but writes its record only after sys.argv[2] seconds (never if < 0).
 HOLD_UNRECORDED = (
-    "import fcntl, json, os, sys, time; from agents.training.run_lock import LOCK_NAME; "
+    "import fcntl, json, os, sys, time; from cory_agents.training.run_lock import LOCK_NAME; "
     "file = open(os.path.join(sys.argv[1], LOCK_NAME), 'a+'); fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB); "
     "print('held', flush=True); delay = float(sys.argv[2]); "
     "delay >= 0 and (time.sleep(delay), file.write(json.dumps({'pid': os.getpid(), 'host': 'h'})), file.flush()); "
@@ -149,7 +149,7 @@ def test_a_resume_of_a_folder_a_live_run_holds_is_refused_before_loading_models(
 def test_only_the_launchs_first_process_probes_the_lock(monkeypatch, variable):
     """torchrun/accelerate set RANK, mpirun (accelerate's CPU launcher) its own variables: every
     launcher's rank is read, so two processes of one run never probe the lock together."""
-    from agents.distributed.data_parallel import process_rank
+    from cory_agents.distributed.data_parallel import process_rank
 
     for name in ("RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK"):
         monkeypatch.delenv(name, raising=False)

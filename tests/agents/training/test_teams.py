@@ -15,8 +15,8 @@ import torch
 from pettingzoo.test import api_test, seed_test, state_test
 from pettingzoo.utils.conversions import turn_based_aec_to_parallel
 
-from agents.training.config import TrainConfig
-from agents.training.trainer import Trainer
+from cory_agents.training.config import TrainConfig
+from cory_agents.training.trainer import Trainer
 from cory_env import CollectiveRewardWrapper, PromptTooLongError, RoleExchangeWrapper, chain_roles, env
 from cory_env.templates import render
 from tests.support import ROOT
@@ -413,7 +413,7 @@ def test_the_embedded_model_and_a_tiny_gpt2_train_as_a_team(tiny_gpt2, tmp_path)
 
 def test_each_learner_of_a_team_is_evaluated_alone_in_its_own_tokens(toy_model, tiny_gpt2, tmp_path):
     """A three-agent team of two models: evaluation loads every learner and lets each answer alone."""
-    from agents.evaluation.held_out import EvalConfig, evaluate
+    from cory_agents.evaluation.held_out import EvalConfig, evaluate
 
     config = team_config(
         toy_model,
@@ -436,7 +436,7 @@ def test_each_learner_of_a_team_is_evaluated_alone_in_its_own_tokens(toy_model, 
 
 
 def test_the_reward_benchmark_gives_cory_the_team_and_ppo_the_first_model():
-    from agents.evaluation.reward_benchmark import for_algo
+    from cory_agents.evaluation.reward_benchmark import for_algo
 
     train = TrainConfig(models="a,b,c")
     assert for_algo(train, "cory") == {"algo": "cory"}
@@ -449,7 +449,7 @@ def test_the_reward_benchmark_gives_cory_the_team_and_ppo_the_first_model():
 
 
 def test_the_command_line_trains_a_chain_of_three_on_its_own_devices(toy_model, tmp_path, capsys):
-    from agents.cli.train import main
+    from cory_agents.cli.train import main
 
     main(
         [
@@ -559,7 +559,7 @@ def test_the_teams_report_reads_each_positions_reward_whoever_sits_there():
 def test_a_context_beyond_a_rotary_models_window_is_a_warning(toy_model, tmp_path, caplog):
     """Llama's rotary positions run on past its trained window (256 here): the run is allowed, and told."""
     config = team_config(toy_model, tmp_path, num_agents=3, context_length=300, iterations=1)
-    with caplog.at_level("WARNING", logger="agents"):
+    with caplog.at_level("WARNING", logger="cory_agents"):
         Trainer(config, prompts=TOY_PROMPTS, reward_fn=fraction_good)
     # Once per model, naming every learner of it.
     assert caplog.text.count("--context-length 300 is beyond llm_0, llm_1, llm_2's model") == 1

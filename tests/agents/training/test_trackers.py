@@ -17,10 +17,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from agents.training.config import TrainConfig
-from agents.training.metrics import MetricsLogger
-from agents.training.trackers import installed_trackers, resolve_report_to, supported_trackers
-from agents.training.trainer import Trainer
+from cory_agents.training.config import TrainConfig
+from cory_agents.training.metrics import MetricsLogger
+from cory_agents.training.trackers import installed_trackers, resolve_report_to, supported_trackers
+from cory_agents.training.trainer import Trainer
 from tests.support import ROOT
 from tests.support.runs import toy_config
 from tests.support.toy import fraction_good
@@ -280,7 +280,7 @@ def test_a_resumed_run_reports_each_iteration_once(toy_model, tmp_path):
 
 def test_evaluating_a_run_reports_to_no_tracker():
     """A run's own trackers (wandb, say) are not needed, or maybe installed, where it is evaluated."""
-    from agents.evaluation.held_out import train_config_from
+    from cory_agents.evaluation.held_out import train_config_from
 
     saved = dataclasses.asdict(TrainConfig(report_to="tensorboard,wandb,mlflow"))
     config = train_config_from(saved)

@@ -16,9 +16,9 @@ import pytest
 import torch
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-from agents.training.checkpoint import checkpoint_iteration, list_checkpoints, load_checkpoint
-from agents.training.config import TrainConfig
-from agents.training.trainer import Trainer
+from cory_agents.training.checkpoint import checkpoint_iteration, list_checkpoints, load_checkpoint
+from cory_agents.training.config import TrainConfig
+from cory_agents.training.trainer import Trainer
 from tests.support import ROOT
 from tests.support.runs import PROMPTS, cli, cli_env, metrics_without_timing, reward_curve, toy_cli_args, toy_config
 from tests.support.toy import fraction_good
@@ -212,7 +212,7 @@ def test_a_new_run_does_not_silently_replace_an_old_one(toy_model, tmp_path):
 
 def test_resume_continues_further_but_refuses_other_settings(toy_model, tmp_path, caplog):
     first = toy_config(toy_model, tmp_path, algo="ppo", iterations=1, resume=True)
-    with caplog.at_level("WARNING", logger="agents.training.trainer"):
+    with caplog.at_level("WARNING", logger="cory_agents.training.trainer"):
         Trainer(first, prompts=PROMPTS, reward_fn=fraction_good).train(progress=False)
     assert "no checkpoint" in caplog.text and "iteration 0" in caplog.text
     other = toy_config(toy_model, tmp_path, algo="ppo", iterations=2, resume=True, lr=1e-3, kl_coef=0.1)
@@ -225,7 +225,7 @@ def test_resume_continues_further_but_refuses_other_settings(toy_model, tmp_path
 
 @pytest.mark.parametrize("bf16", [False, True])
 def test_bf16_warns_on_a_cpu_without_bfloat16_arithmetic(toy_model, tmp_path, caplog, bf16):
-    with caplog.at_level("WARNING", logger="agents.training.trainer"):
+    with caplog.at_level("WARNING", logger="cory_agents.training.trainer"):
         Trainer(toy_config(toy_model, tmp_path, algo="ppo", bf16=bf16), prompts=PROMPTS, reward_fn=fraction_good)
     native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
     assert ("no bfloat16 arithmetic" in caplog.text) == (bf16 and not native)
@@ -383,9 +383,9 @@ def test_observer_checkpointing_needs_an_observer(toy_model, tmp_path):
 @pytest.mark.parametrize("gradient_accumulation_steps", [1, 2])
 def test_one_minibatch_reuses_the_first_forward_as_the_scoring_pass(toy_model, gradient_accumulation_steps):
     """With mini-batch = batch, epoch 0's forward doubles as the scoring pass: one forward fewer, same update."""
-    from agents.learners.ppo import Episode, PPOConfig, PPOLearner
-    from agents.learners.value_model import CausalLMWithValueHead
-    from agents.speed.scoring_reuse import reuse_scoring_pass
+    from cory_agents.learners.ppo import Episode, PPOConfig, PPOLearner
+    from cory_agents.learners.value_model import CausalLMWithValueHead
+    from cory_agents.speed.scoring_reuse import reuse_scoring_pass
     from cory_env.models import load_causal_lm
 
     torch.manual_seed(0)
@@ -426,8 +426,8 @@ def test_one_minibatch_reuses_the_first_forward_as_the_scoring_pass(toy_model, g
 
 def test_a_model_with_dropout_keeps_the_separate_scoring_pass(toy_model):
     """A training-mode pass with dropout is not the eval-mode scoring pass: no reuse then."""
-    from agents.learners.ppo import PPOConfig
-    from agents.speed.scoring_reuse import has_dropout
+    from cory_agents.learners.ppo import PPOConfig
+    from cory_agents.speed.scoring_reuse import has_dropout
 
     learner, episode = toy_ppo_learner(toy_model, PPOConfig(mini_batch_size=4, ppo_epochs=2))
     assert not has_dropout(learner.model)
@@ -443,8 +443,8 @@ def test_a_model_with_dropout_keeps_the_separate_scoring_pass(toy_model):
 
 @pytest.mark.parametrize("reuse", [True, False])
 def test_ppo_learners_reuse_the_first_training_pass_unless_told_not_to(toy_model, tmp_path, reuse):
-    from agents.learners.ppo import UpdatePasses
-    from agents.speed.scoring_reuse import ScoringReusePasses
+    from cory_agents.learners.ppo import UpdatePasses
+    from cory_agents.speed.scoring_reuse import ScoringReusePasses
 
     trainer = Trainer(
         toy_config(toy_model, tmp_path / "run", algo="cory", reuse_scoring_pass=reuse),
@@ -457,7 +457,7 @@ def test_ppo_learners_reuse_the_first_training_pass_unless_told_not_to(toy_model
 
 @pytest.mark.parametrize("cpu_linear", [True, False])
 def test_cpu_runs_use_the_cpu_linear_layers_unless_told_not_to(toy_model, tmp_path, cpu_linear):
-    from agents.speed.cpu_linear import CPULinear
+    from cory_agents.speed.cpu_linear import CPULinear
 
     trainer = Trainer(
         toy_config(toy_model, tmp_path / "run", algo="cory", device="cpu", cpu_linear=cpu_linear),
@@ -473,9 +473,9 @@ def test_cpu_runs_use_the_cpu_linear_layers_unless_told_not_to(toy_model, tmp_pa
 def toy_ppo_learner(toy_model: Path, config, seed: int = 1):
     """A PPO learner on the toy model (its own copy; a frozen reference; the passes a run gives it),
     and a 4-conversation episode."""
-    from agents.learners.ppo import Episode, PPOLearner
-    from agents.learners.value_model import CausalLMWithValueHead
-    from agents.speed.scoring_reuse import reuse_scoring_pass
+    from cory_agents.learners.ppo import Episode, PPOLearner
+    from cory_agents.learners.value_model import CausalLMWithValueHead
+    from cory_agents.speed.scoring_reuse import reuse_scoring_pass
     from cory_env.models import load_causal_lm
 
     torch.manual_seed(0)
@@ -493,7 +493,7 @@ def toy_ppo_learner(toy_model: Path, config, seed: int = 1):
 def test_clipping_inside_the_fused_optimizer_step_equals_clip_grad_norm(toy_model, max_grad_norm):
     """The fused AdamW divides each gradient by the clipping factor as it reads it: the same update
     as clip_grad_norm_ then step (to float32 rounding when clipping acts; exactly when it does not)."""
-    from agents.learners.ppo import PPOConfig
+    from cory_agents.learners.ppo import PPOConfig
     from cory_env.models import load_causal_lm
 
     config = PPOConfig(mini_batch_size=2, ppo_epochs=2, lr=1e-3, max_grad_norm=max_grad_norm)
@@ -516,7 +516,7 @@ def test_clipping_inside_the_fused_optimizer_step_equals_clip_grad_norm(toy_mode
 
 
 def test_grad_norm_is_the_mean_norm_before_clipping_and_explained_variance_is_logged(toy_model):
-    from agents.learners.ppo import PPOConfig
+    from cory_agents.learners.ppo import PPOConfig
 
     config = PPOConfig(mini_batch_size=2, ppo_epochs=2, lr=1e-3, max_grad_norm=1e-3)
     learner, episode = toy_ppo_learner(toy_model, config)
@@ -533,8 +533,8 @@ def test_grad_norm_is_the_mean_norm_before_clipping_and_explained_variance_is_lo
 
 
 def test_scoring_passes_keep_exactly_the_columns_that_predict_the_response(toy_model):
-    from agents.learners.lm import predicting_columns, response_logits
-    from agents.learners.value_model import CausalLMWithValueHead
+    from cory_agents.learners.lm import predicting_columns, response_logits
+    from cory_agents.learners.value_model import CausalLMWithValueHead
     from cory_env.models import load_causal_lm
 
     torch.manual_seed(0)
@@ -557,9 +557,9 @@ def test_scoring_passes_keep_exactly_the_columns_that_predict_the_response(toy_m
 def test_the_critic_starts_at_zero_so_the_first_advantages_are_the_reward_to_go(toy_model):
     """A random value head's noise was 95% of the first advantages' variance on the embedded model
     (docs/why-it-learns.md): a fresh head predicts 0 everywhere, and learns from the first update on."""
-    from agents.algorithms.advantages import gae
-    from agents.algorithms.kl import token_rewards
-    from agents.learners.ppo import PPOConfig
+    from cory_agents.algorithms.advantages import gae
+    from cory_agents.algorithms.kl import token_rewards
+    from cory_agents.learners.ppo import PPOConfig
 
     learner, episode = toy_ppo_learner(toy_model, PPOConfig(mini_batch_size=4, ppo_epochs=1, lr=1e-3))
     T = episode.response_width
@@ -576,7 +576,7 @@ def test_the_critic_starts_at_zero_so_the_first_advantages_are_the_reward_to_go(
 
 
 def test_the_value_head_can_learn_at_its_own_rate(toy_model):
-    from agents.learners.ppo import PPOConfig
+    from cory_agents.learners.ppo import PPOConfig
 
     learner, _ = toy_ppo_learner(toy_model, PPOConfig(lr=1e-6, value_lr=1e-3))
     head = {id(p) for p in learner.model.v_head.parameters()}
@@ -589,8 +589,8 @@ def test_the_value_head_can_learn_at_its_own_rate(toy_model):
 
 
 def test_the_mini_batch_follows_the_batch_size_unless_given(toy_model, tmp_path):
-    from agents.cli.train import parse_config
-    from agents.learners.lm import default_mini_batch_size
+    from cory_agents.cli.train import parse_config
+    from cory_agents.learners.lm import default_mini_batch_size
 
     config = parse_config(["--batch-size", "4"])  # refused before: 4 % 16
     assert config.mini_batch_size is None
@@ -610,8 +610,8 @@ def test_the_mini_batch_follows_the_batch_size_unless_given(toy_model, tmp_path)
 
 
 def test_resolve_fills_in_every_derived_setting_once_and_checks_them_before_a_model_loads(monkeypatch):
-    from agents.distributed.data_parallel import DataParallel
-    from agents.training.config import resolve
+    from cory_agents.distributed.data_parallel import DataParallel
+    from cory_agents.training.config import resolve
 
     resolved = resolve(TrainConfig(algo="cory", report_to="none", preset="paper-imdb", lr=1e-4))
     assert (resolved.model, resolved.iterations, resolved.lr) == ("gpt2-large", 100, 1e-4)  # a given flag wins
@@ -642,15 +642,15 @@ def test_resolve_fills_in_every_derived_setting_once_and_checks_them_before_a_mo
 def test_resolve_refuses_settings_that_contradict_each_other_before_a_device_is_touched(change, message):
     """The device flags are checked against each other and the learners by resolve, on a machine without
     the devices they name: what a device is checked for where it is used is only that it exists."""
-    from agents.training.config import resolve
+    from cory_agents.training.config import resolve
 
     with pytest.raises(ValueError, match=message):
         resolve(TrainConfig(report_to="none", **change))
 
 
 def test_resolve_refuses_device_flags_that_contradict_the_launcher():
-    from agents.distributed.data_parallel import DataParallel
-    from agents.training.config import resolve
+    from cory_agents.distributed.data_parallel import DataParallel
+    from cory_agents.training.config import resolve
 
     # What a process of a 2-process CPU launch holds (a process group needs the other process).
     dp = DataParallel()

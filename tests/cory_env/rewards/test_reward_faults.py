@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from agents.training.checkpoint import list_checkpoints, load_checkpoint
+from cory_agents.training.checkpoint import list_checkpoints, load_checkpoint
 from cory_env.errors import UsageError
 from cory_env.rewards import (
     DEFAULT_REWARD_TIMEOUT,

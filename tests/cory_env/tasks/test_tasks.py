@@ -234,7 +234,7 @@ def tiny_model(tmp_path_factory, gpt2_tokenizer) -> Path:
 
 
 def _config(model: Path, out: Path, **kw):
-    from agents.training.config import TrainConfig
+    from cory_agents.training.config import TrainConfig
 
     settings = dict(
         model=str(model),
@@ -252,7 +252,7 @@ def _config(model: Path, out: Path, **kw):
 
 
 def test_trainer_runs_the_gsm8k_task_with_its_defaults(tiny_model, tmp_path):
-    from agents.training.trainer import Trainer
+    from cory_agents.training.trainer import Trainer
 
     trainer = Trainer(_config(tiny_model, tmp_path / "run", task="gsm8k", prompt_source="gsm_symbolic"))
     assert trainer.config.reward == "gsm8k"
@@ -267,7 +267,7 @@ def test_trainer_runs_the_gsm8k_task_with_its_defaults(tiny_model, tmp_path):
 
 
 def test_trainer_runs_a_task_file_with_own_templates(tiny_model, tmp_path):
-    from agents.training.trainer import Trainer
+    from cory_agents.training.trainer import Trainer
 
     path = _write_csv(tmp_path / "mine.csv", ROWS)
     config = _config(
