@@ -8,7 +8,8 @@ columns therefore works with the ``gsm8k`` reward as it is::
     {"query": "Tom has 3 apples and buys 4 more. How many does he have?", "answer": "7"}
 
 CSV values are read as strings (so an ``answer`` column keeps ``"007"`` or ``"1,000"``
-as written); JSONL values keep their JSON types.
+as written); JSONL values keep their JSON types. Files are UTF-8; a byte-order mark (Notepad,
+Excel's "CSV UTF-8") and Windows line ends (CRLF) give the same prompts as the plain file.
 
 Example:
     >>> source = custom_prompts([{"query": "2 + 2 =", "answer": "4"}])
@@ -102,23 +103,35 @@ def _read_file(path: Path) -> list[dict[str, Any]]:
             + (" (it is a folder)" if path.is_dir() else f" (working directory: {os.getcwd()})")
         )
     suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        rows = []
-        with path.open(encoding="utf-8") as f:
-            for number, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise UsageError(f"{path}, line {number}: not valid JSON ({exc}): {line[:80]!r}") from exc
-                if not isinstance(rows[-1], dict):
-                    raise UsageError(f"{path}, line {number}: each line must be a JSON object, got {line[:80]!r}")
-        return rows
-    if suffix == ".csv":
-        with path.open(encoding="utf-8", newline="") as f:
-            return list(csv.DictReader(f))
-    raise UsageError(f"prompt file {str(path)!r}: unsupported type {suffix or '(none)'!r}; use one of {FILE_TYPES}")
+    if suffix not in FILE_TYPES:
+        raise UsageError(f"prompt file {str(path)!r}: unsupported type {suffix or '(none)'!r}; use one of {FILE_TYPES}")
+    # "utf-8-sig" drops the byte-order mark that Notepad and Excel's "CSV UTF-8" write (else the first line
+    # is not JSON, and a CSV's first column is '\ufeffquery'). Windows line ends: JSONL reads with universal
+    # newlines; the csv module, which wants newline="", takes "\r\n" as a row's end itself.
+    try:
+        if suffix == ".csv":
+            with path.open(encoding="utf-8-sig", newline="") as f:
+                return list(csv.DictReader(f))
+        with path.open(encoding="utf-8-sig") as f:
+            return _read_jsonl(path, f)
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{path}: not UTF-8 text ({exc.reason}); save it as UTF-8 (Excel: 'CSV UTF-8'; Notepad: 'UTF-8')"
+        ) from exc
+
+
+def _read_jsonl(path: Path, lines: Iterable[str]) -> list[dict[str, Any]]:
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{path}, line {number}: not valid JSON ({exc}): {line[:80]!r}") from exc
+        if not isinstance(rows[-1], dict):
+            raise UsageError(f"{path}, line {number}: each line must be a JSON object, got {line[:80]!r}")
+    return rows
 
 
 def _query(value: Any, index: int, where: str) -> str:
