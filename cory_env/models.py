@@ -158,6 +158,11 @@ def _ensure_embedded_model() -> Path:
     with FileLock(str(root / f"{EMBEDDED_MODEL}.lock")):
         if _is_complete(final):  # another process finished while we waited
             return final
+        if final.exists():  # no marker, so not a conversion of ours (those arrive whole, marker inside)
+            raise ModelNotAvailableError(
+                f"{final} exists but is not a converted embedded model (no {_MARKER}), so cory-env leaves it "
+                f"alone: move it away, or set CORY_ENV_CACHE to another folder for the conversion"
+            )
         # We hold the lock, so any temporary folder is a leftover of a dead process.
         for leftover in root.glob(_TMP_PREFIX + "*"):
             shutil.rmtree(leftover, ignore_errors=True)
@@ -179,8 +184,6 @@ def _ensure_embedded_model() -> Path:
             }
             (tmp / _MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
             apply_umask(tmp)  # mkdtemp makes the folder private (0700)
-            if final.exists():  # an unfinished folder (no marker): never trust it
-                shutil.rmtree(final)
             os.replace(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -39,6 +39,7 @@ from cory_agents.evaluation.statistics import reward_rise
 from cory_agents.training.config import TrainConfig, learners_taking, sections_for
 from cory_agents.training.export import MODEL_DIR
 from cory_agents.training.metrics import read_metrics
+from cory_agents.training.ownership import check_run_folder
 from cory_agents.training.plots import learner_columns
 from cory_agents.training.run_lock import RunLock
 from cory_agents.training.trainer import Trainer
@@ -118,6 +119,7 @@ def main(argv: list[str] | None = None) -> None:
         logging.getLogger(name).setLevel(logging.INFO)
         logging.getLogger(name).addHandler(handler)
     if process_rank() == 0:  # the process that will hold the lock (the launch's main one)
+        check_run_folder(Path(config.out))  # a user's file where the run writes: refused before the models load
         RunLock(config.out).check_free()  # before the models load: a folder another run holds fails at once
     trainer = Trainer(config)
     out = trainer.train()

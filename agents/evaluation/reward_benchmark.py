@@ -40,7 +40,6 @@ import argparse
 import dataclasses
 import gc
 import json
-import shutil
 import sys
 import typing
 from collections.abc import Iterable
@@ -66,6 +65,7 @@ from cory_agents.training.config import (
     resolve,
     sections_for,
 )
+from cory_agents.training.ownership import check_run_removable, refuse, remove_if_empty, remove_run
 from cory_agents.training.registry import LEARNERS
 from cory_agents.training.trainer import Trainer
 from cory_env.errors import UsageError
@@ -197,12 +197,20 @@ def _prepare(out: Path, train: TrainConfig, bench: BenchmarkConfig) -> None:
     arms = (*ALGOS, *bench.algos, *(saved_arms(saved_path) if bench.overwrite else ()))
     folders = [run_dir(out, arm, 0).parent for arm in dict.fromkeys(arms)]
     holds_runs = any(folder.is_dir() for folder in folders)
+    reports = [out / name for name in ("report.md", "report.json", *PLOTS.values(), KL_VS_REWARD_PLOT)]
+    if not saved_path.exists() and (taken := [path for path in reports if path.exists()]):
+        raise refuse(taken[0], "exists and the folder holds no benchmark (benchmark.json)", "choose another --out")
     if saved_path.exists() or holds_runs:
-        if bench.overwrite:
+        if bench.overwrite:  # the runs' folders, each checked before any is deleted (ownership)
+            runs = [run for folder in folders if folder.is_dir() for run in sorted(folder.glob("seed*"))]
+            for run in runs:
+                check_run_removable(run)
+            for run in runs:
+                remove_run(run)
             for folder in folders:
-                shutil.rmtree(folder, ignore_errors=True)
-            for name in ("benchmark.json", "report.md", "report.json", *PLOTS.values(), KL_VS_REWARD_PLOT):
-                (out / name).unlink(missing_ok=True)
+                remove_if_empty(folder)
+            for path in (saved_path, *reports):
+                path.unlink(missing_ok=True)
         elif not bench.resume:
             raise BenchmarkExistsError(
                 f"{out} already holds a benchmark: pass --resume to continue it, --overwrite to start over "

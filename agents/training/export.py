@@ -11,8 +11,11 @@ test time; PPO: ``pioneer``), with the tokenizer beside it:
 
 Value heads are the training's critics and stay in the checkpoints. ``examples/export_model.py``
 writes the same folders from any checkpoint (a run stopped early, or one trained without
-``--save-model``). The folder is written under a temporary name and renamed into place, so an
-interrupted export never leaves a half-written ``model/``; an older one is replaced whole.
+``--save-model``). Each learner's folder is written under a temporary name inside the folder and
+renamed into place, so an interrupted export never leaves a half-written one. The folder's other
+files are left alone: a learner's folder is replaced only if an earlier export wrote it (its
+manifest, ``cory-export.json``, lists every file in it); otherwise the export is refused before it
+writes anything (:mod:`cory_agents.training.ownership`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from torch import nn
 
 from cory_agents.distributed.fsdp import full_state
 from cory_agents.training.adapters import AdapterView
+from cory_agents.training.ownership import NotOursError, check_replaceable, write_manifest
 from cory_env.models import apply_umask
 
 #: Where a run's policies go, under its --out.
@@ -56,8 +60,9 @@ def save_policies(
     if not main:
         return paths
     _quiet_deepspeed_detection()
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-tmp-", dir=folder.parent))
+    check_export_folder(folder, list(policies))
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".cory-export-", dir=folder))  # beside the user's files, ours alone
     try:
         for name, policy in policies.items():
             if isinstance(policy, AdapterView):  # PEFT writes a named adapter to a folder of its name
@@ -68,17 +73,27 @@ def save_policies(
             else:
                 policy.save_pretrained(tmp / name, state_dict=states[name])
             tokenizers[name].save_pretrained(tmp / name)
+            write_manifest(tmp / name)
         apply_umask(tmp)
-        old = folder.with_name(f".{folder.name}-old")
-        if folder.exists():
-            shutil.rmtree(old, ignore_errors=True)
-            folder.rename(old)
-        tmp.rename(folder)
-        shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        for name in policies:  # each learner's folder swapped in whole; an older export is set aside first
+            if paths[name].exists():
+                paths[name].rename(tmp / f".{name}-old")
+            (tmp / name).rename(paths[name])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # the temporary folder holds only what this export wrote
     return paths
+
+
+def check_export_folder(folder: Path, learners: list[str]) -> None:
+    """Refuse, before anything is written, an export into ``folder`` that would replace what cory-env
+    did not write: ``folder`` a file, or ``folder/<learner>`` a folder without the export's manifest
+    or with a file the manifest does not list (:mod:`cory_agents.training.ownership`)."""
+    fix = "choose another --out, or move it away"
+    for path in (folder, *folder.parents):
+        if path.exists() and not path.is_dir():
+            raise NotOursError(f"{path} is a file, and the models go in a folder {folder}: {fix}")
+    for learner in learners:
+        check_replaceable(folder / learner, fix)
 
 
 def _whole_state(policy: nn.Module) -> dict[str, Any]:

@@ -26,7 +26,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -52,6 +51,7 @@ from cory_agents.training.config import TrainConfig, check_resumable, resolve
 from cory_agents.training.export import MODEL_DIR, save_policies
 from cory_agents.training.interrupt import StopRequests
 from cory_agents.training.metrics import MetricsLogger
+from cory_agents.training.ownership import check_run_folder, remove_checkpoints
 from cory_agents.training.plots import plot_run
 from cory_agents.training.run_lock import RunExistsError, RunLock
 from cory_env.errors import UsageError
@@ -232,7 +232,8 @@ class Trainer:
     def _train(self, progress: bool) -> Path:
         c, dp = self.config, self.data_parallel
         main = dp.is_main_process
-        if main:
+        if main:  # a user's file where the run writes is refused before anything is written
+            check_run_folder(self.out, list(self.policies) if c.save_model else [])
             self.out.mkdir(parents=True, exist_ok=True)
         dp.wait_for_everyone()
         checkpoint = latest_checkpoint(self.out)
@@ -244,7 +245,7 @@ class Trainer:
                 )
             dp.wait_for_everyone()  # every process has looked before the main one deletes
             if main:
-                shutil.rmtree(checkpoint.parent)
+                remove_checkpoints(checkpoint.parent)  # its checkpoint files; anything else there stays
             checkpoint = None
         loaded = load_latest(self.out, trust=c.trust_checkpoint) if checkpoint is not None else None
         checkpoint = loaded[0] if loaded else None  # the newest intact one; every process loads the same file

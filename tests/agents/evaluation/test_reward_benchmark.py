@@ -261,8 +261,9 @@ def test_overwrite_deletes_the_runs_of_the_benchmark_it_replaces(tmp_path):
     out = tmp_path / "bench"
     before = BenchmarkConfig(out=str(out), algos=["cory", "cory:happo"])
     _prepare(out, TrainConfig(report_to="none"), before)
-    for arm in ("cory", "cory-happo"):
+    for arm in ("cory", "cory-happo"):  # what a run writes (its settings say it is a run: ownership)
         (out / arm / "seed0").mkdir(parents=True)
+        (out / arm / "seed0" / "config.json").write_text(json.dumps(dataclasses.asdict(TrainConfig())))
         (out / arm / "seed0" / "metrics.csv").write_text("iteration\n0\n")
     (out / "notes").mkdir()  # not a run: left alone
     after = BenchmarkConfig(out=str(out), algos=["ppo", "cory:difference"], overwrite=True)
