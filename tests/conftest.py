@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -56,3 +58,22 @@ def make_env(gpt2_tokenizer):
         return env(num_conversations=num_conversations, **kwargs)
 
     return make
+
+
+@pytest.fixture
+def run(monkeypatch, capsys):
+    """``run(main, prog, args)``: a command's ``main()`` as its console script calls it (``sys.argv`` set, no
+    argv); returns its exit status and stderr. cory-train's log handler is taken off again afterwards."""
+    loggers = [logging.getLogger(name) for name in ("cory_agents", "cory_env")]
+    before = [(logger.level, list(logger.handlers)) for logger in loggers]
+
+    def run_(main, prog: str, args: list[str]) -> tuple[int, str]:
+        monkeypatch.setattr(sys, "argv", [prog, *args])
+        with pytest.raises(SystemExit) as exit_:
+            main()
+        return exit_.value.code, capsys.readouterr().err
+
+    yield run_
+    for logger, (level, handlers) in zip(loggers, before):
+        logger.setLevel(level)
+        logger.handlers[:] = handlers

@@ -13,8 +13,13 @@ what is wrong and what to do; the traceback adds nothing for a user, so it is le
 
 ``--debug`` on the command line (or ``CORY_DEBUG=1`` in the environment) lets the error through
 instead, with its full traceback and Python's exit status 1, for a bug report. Any other
-exception (a bug, in cory-env or in your code) always keeps its traceback, and Ctrl-C stays
-Python's ``KeyboardInterrupt``.
+exception (a bug, in cory-env or in your code) always keeps its traceback.
+
+A stop signal ends a command in one line too, at any moment, with the shell's code for it: 130
+for Ctrl-C (SIGINT), 143 for SIGTERM (``cory-train: stopped by SIGTERM``). What a command writes
+is atomic (checkpoints, exported models, reports), so a stop leaves the last one whole. cory-train
+does better inside its loop: the first signal finishes the iteration and writes a checkpoint
+(:mod:`cory_agents.training.interrupt`); a second one stops at once, as here.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -113,15 +120,50 @@ def one_line_errors(run: Callable[[list[str]], Result]) -> Callable[[Sequence[st
         args = sys.argv[1:] if argv is None else list(argv)
         if argv is not None or debug_requested(args):
             return run(_without_debug_flag(args))
-        try:
-            return run(args)
-        except CoryError as exc:
-            _close_progress_bars()
-            sys.stdout.flush()  # what the command printed before, then the error
-            print(error_line(os.path.basename(sys.argv[0]), exc), file=sys.stderr)
-            raise SystemExit(exc.exit_code) from None
+        prog = os.path.basename(sys.argv[0])
+        with _sigterm_raises():
+            try:
+                return run(args)
+            except CoryError as exc:
+                _close_progress_bars()
+                sys.stdout.flush()  # what the command printed before, then the error
+                print(error_line(prog, exc), file=sys.stderr)
+                raise SystemExit(exc.exit_code) from None
+            except (KeyboardInterrupt, Stopped) as exc:
+                name = exc.signal if isinstance(exc, Stopped) else "SIGINT"
+                _close_progress_bars()
+                sys.stdout.flush()
+                print(f"{prog}: stopped by {name}", file=sys.stderr)
+                raise SystemExit(128 + signal.Signals[name].value) from None
 
     return main
+
+
+class Stopped(BaseException):
+    """A stop signal other than Ctrl-C (SIGTERM) while a command runs; like ``KeyboardInterrupt``, not
+    an ``Exception``, so that no ``except Exception`` holds it up."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal = signal_name
+
+
+class _sigterm_raises:
+    """Inside the block, SIGTERM raises :class:`Stopped` (as SIGINT raises ``KeyboardInterrupt``)
+    instead of ending the process without a word; the handler before comes back after."""
+
+    def __enter__(self) -> None:
+        self.previous = None
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGTERM, _raise_stopped)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+
+
+def _raise_stopped(signum: int, frame: object) -> None:
+    raise Stopped(signal.Signals(signum).name)
 
 
 def _close_progress_bars() -> None:
@@ -138,4 +180,12 @@ def _without_debug_flag(args: Sequence[str]) -> list[str]:
     return [a for a in args[:end] if a != DEBUG_FLAG] + args[end:]
 
 
-__all__ = ["DEBUG_FLAG", "DEBUG_VARIABLE", "add_debug_flag", "debug_requested", "error_line", "one_line_errors"]
+__all__ = [
+    "Stopped",
+    "DEBUG_FLAG",
+    "DEBUG_VARIABLE",
+    "add_debug_flag",
+    "debug_requested",
+    "error_line",
+    "one_line_errors",
+]

@@ -135,8 +135,9 @@ def save_checkpoint(out_dir: str | Path, iteration: int, state: dict[str, Any], 
     return path
 
 
-def _save_failure(out_dir: str | Path, path: Path, exc: BaseException) -> str:
-    """What a failed save tells: the file, the cause, the checkpoint that is intact, and how to go on."""
+def _save_failure(out_dir: str | Path, path: Path, exc: BaseException, what: str = "the checkpoint ") -> str:
+    """What a failed write into a run's folder tells: the file, the cause, the checkpoint that is
+    intact, and how to go on (a checkpoint's, and the metrics' and samples' in :mod:`.metrics`)."""
     try:
         free = f"; {shutil.disk_usage(path.parent).free / 2**20:.0f} MiB free there"
     except OSError:
@@ -150,7 +151,12 @@ def _save_failure(out_dir: str | Path, path: Path, exc: BaseException) -> str:
             f"The previous checkpoint, {previous} ({checkpoint_iteration(previous) + 1} iterations done), is "
             f"intact: make room, then rerun the same command with --resume (--out {out_dir}) to continue from it."
         )
-    return f"could not write the checkpoint {path}: {cause}{free}. {kept}"
+    return f"could not write {what}{path}: {cause}{free}. {kept}"
+
+
+def write_failure(out_dir: str | Path, path: Path, exc: OSError) -> str:
+    """:func:`_save_failure`'s message for a file of the run other than a checkpoint (metrics, samples, plots)."""
+    return _save_failure(out_dir, path, exc, what="")
 
 
 def _fsync_folder(folder: Path) -> None:

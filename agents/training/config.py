@@ -87,6 +87,11 @@ class TrainConfig(
             raise UsageError(
                 f"--algo ppo trains one agent, the pioneer alone; --num-agents {self.num_agents} needs --algo cory"
             )
+        if self.algo == "cory" and self.num_agents == 1:
+            raise UsageError(
+                "--algo cory trains two or more agents that exchange roles, so --num-agents 1 cannot work: give "
+                "--num-agents 2 or more, or --algo ppo for one agent alone"
+            )
         models = self.model_list()
         if self.algo == "ppo" and len(models) > 1:
             raise UsageError(f"--algo ppo trains one agent, but --models lists {len(models)}: give one, or use --model")

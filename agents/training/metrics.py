@@ -45,7 +45,9 @@ from typing import Any
 
 import pandas as pd
 
+from cory_agents.training.checkpoint import write_failure
 from cory_agents.training.trackers import DEFAULT, Trackers, resolve_report_to
+from cory_env.errors import CoryError
 
 METRICS_FILE = "metrics.csv"
 SAMPLES_FILE = "samples.jsonl"
@@ -95,27 +97,37 @@ class MetricsLogger:
             self.trackers.start()
 
     def log(self, iteration: int, metrics: dict[str, float]) -> None:
-        """Append the row for ``iteration``; values may be floats, ints, numpy or 0-d torch scalars."""
+        """Append the row for ``iteration``; values may be floats, ints, numpy or 0-d torch scalars.
+
+        Raises:
+            RunWriteError: the file could not be written (a full disk, no permission).
+        """
         if "iteration" in metrics:
             raise ValueError("'iteration' is the row key, not a metric")
         row = {key: float(value) for key, value in metrics.items()}
-        if not self.columns:
-            self.columns = ["iteration", *row]
-            csv.writer(self._csv).writerow(self.columns)
-        new_keys = [key for key in row if key not in self.columns]
-        if new_keys:
-            self._widen(new_keys)
-        cells = [str(int(iteration))] + [_cell(row.get(key)) for key in self.columns[1:]]
-        csv.writer(self._csv).writerow(cells)
-        self._csv.flush()
+        try:
+            if not self.columns:
+                self.columns = ["iteration", *row]
+                csv.writer(self._csv).writerow(self.columns)
+            new_keys = [key for key in row if key not in self.columns]
+            if new_keys:
+                self._widen(new_keys)
+            cells = [str(int(iteration))] + [_cell(row.get(key)) for key in self.columns[1:]]
+            csv.writer(self._csv).writerow(cells)
+            self._csv.flush()
+        except OSError as exc:
+            raise RunWriteError(write_failure(self.out_dir, self.csv_path, exc)) from exc
 
         self.trackers.log({key if "/" in key else f"charts/{key}": value for key, value in row.items()}, int(iteration))
 
     def log_samples(self, iteration: int, records: list[dict[str, Any]]) -> None:
         """Append one JSON line per record (learner, role, query, response, reward, ...), tagged with ``iteration``."""
-        for record in records:
-            self._samples.write(json.dumps({"iteration": int(iteration), **record}, default=_jsonable) + "\n")
-        self._samples.flush()
+        try:
+            for record in records:
+                self._samples.write(json.dumps({"iteration": int(iteration), **record}, default=_jsonable) + "\n")
+            self._samples.flush()
+        except OSError as exc:
+            raise RunWriteError(write_failure(self.out_dir, self.samples_path, exc)) from exc
 
     def truncate(self, after_iteration: int) -> None:
         """Keep only what was logged for iterations ``<= after_iteration`` (CSV, samples, TensorBoard's view).
@@ -140,16 +152,30 @@ class MetricsLogger:
         self.trackers.start()
 
     def close(self) -> None:
-        """Flush and close the files and end the trackers' runs (safe to call twice)."""
-        self._csv.close()
-        self._samples.close()
+        """Flush and close the files and end the trackers' runs (safe to call twice).
+
+        Raises:
+            RunWriteError: what was left to write could not be written (every file is closed all the same).
+        """
+        failed = None
+        for path, file in ((self.csv_path, self._csv), (self.samples_path, self._samples)):
+            try:
+                file.close()  # closed even when its last flush fails
+            except OSError as exc:
+                failed = failed or RunWriteError(write_failure(self.out_dir, path, exc))
         self.trackers.finish()
+        if failed is not None:
+            raise failed
 
     def __enter__(self) -> MetricsLogger:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        try:
+            self.close()
+        except RunWriteError:
+            if exc_type is None:  # else the error that ends the block says what went wrong first
+                raise
 
     def _widen(self, new_keys: list[str]) -> None:
         """Add columns at the end: rewrite the file with the wider header, old rows padded with empty cells."""
@@ -176,6 +202,11 @@ def _complete_lines(path: Path) -> list[str]:
     if lines and not lines[-1].endswith("\n"):
         lines.pop()
     return lines
+
+
+class RunWriteError(CoryError, OSError):
+    """A file of the run's (metrics.csv, samples.jsonl) could not be written: a full disk, no permission.
+    The checkpoints are written apart and atomically, so the last one is intact."""
 
 
 def _read_csv(path: Path) -> tuple[list[str], list[list[str]]]:

@@ -42,7 +42,10 @@ def learner_columns(df: pd.DataFrame, metric: str) -> dict[str, str]:
 def plot_run(out_dir: str | Path) -> list[Path]:
     """Write one PNG per metric in ``RUN_PLOTS`` found in ``out_dir/metrics.csv``; return their paths."""
     out_dir = Path(out_dir)
-    df = read_metrics(out_dir)
+    try:
+        df = read_metrics(out_dir)
+    except (FileNotFoundError, pd.errors.EmptyDataError):  # a run stopped before its first iteration ended
+        return []
     paths = []
     for metric, (label, filename) in RUN_PLOTS.items():
         columns = learner_columns(df, metric)

@@ -4,7 +4,6 @@ CORY_DEBUG=1 show its traceback; any other exception keeps its traceback (cory_a
 from __future__ import annotations
 
 import importlib.util
-import logging
 import os
 import subprocess
 import sys
@@ -22,70 +21,8 @@ from cory_agents.evaluation.held_out import CheckpointNotFoundError
 from cory_env.errors import CoryError, UsageError
 from cory_env.rewards.registry import RewardNotFoundError
 from tests.support import ROOT
+from tests.support.commands import the_error, toy_args
 from tests.support.toy import toy_tokenizer
-
-
-def toy_args(model: Path, out: Path, *extra: str) -> list[str]:
-    """A cory-train command line that trains one tiny iteration in a second or two."""
-    return [
-        "--model",
-        str(model),
-        "--out",
-        str(out),
-        "--reward",
-        "tests.support.toy:fraction_good",
-        "--prompt-source",
-        "rotten_tomatoes",
-        "--iterations",
-        "1",
-        "--batch-size",
-        "2",
-        "--mini-batch-size",
-        "2",
-        "--ppo-epochs",
-        "1",
-        "--min-new-tokens",
-        "2",
-        "--max-new-tokens",
-        "3",
-        "--context-length",
-        "48",
-        "--report-to",
-        "none",
-        "--save-model",
-        "false",
-        *extra,
-    ]
-
-
-@pytest.fixture
-def run(monkeypatch, capsys):
-    """``run(main, prog, args)``: a command's ``main()`` as its console script calls it (``sys.argv`` set, no
-    argv); returns its exit status and stderr. cory-train's log handler is taken off again afterwards."""
-    loggers = [logging.getLogger(name) for name in ("cory_agents", "cory_env")]
-    before = [(logger.level, list(logger.handlers)) for logger in loggers]
-
-    def run_(main, prog: str, args: list[str]) -> tuple[int, str]:
-        monkeypatch.setattr(sys, "argv", [prog, *args])
-        with pytest.raises(SystemExit) as exit_:
-            main()
-        return exit_.value.code, capsys.readouterr().err
-
-    yield run_
-    for logger, (level, handlers) in zip(loggers, before):
-        logger.setLevel(level)
-        logger.handlers[:] = handlers
-
-
-def the_error(stderr: str, prog: str) -> str:
-    """The message of the one error that ends ``stderr`` (after the run's log lines), checked: no traceback, and
-    the error starts a line of its own (not the end of a progress bar's)."""
-    assert "Traceback" not in stderr, stderr[-3000:]
-    head = f"{prog}: error: "
-    assert stderr.count(head) == 1, stderr[-3000:]
-    start = stderr.index(head)
-    assert start == 0 or stderr[start - 1] == "\n", stderr[-3000:]
-    return stderr[start + len(head) :].rstrip("\n")
 
 
 def command(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -168,6 +105,12 @@ def test_a_setting_refused_while_parsing(run, toy_model, tmp_path):
     assert code == 2
     assert the_error(err, "cory-train").startswith("--algo ppo trains one agent")
     assert err.count("\n") == 1  # before any log line: the error is all there is
+
+
+def test_cory_with_one_agent(run, toy_model, tmp_path):
+    code, err = run(cory_train.main, "cory-train", toy_args(toy_model, tmp_path, "--algo", "cory", "--num-agents", "1"))
+    assert code == 2
+    assert "--num-agents 1 cannot work" in the_error(err, "cory-train") and "--algo ppo" in err
 
 
 def test_a_prompt_longer_than_the_context(run, toy_model, tmp_path):
@@ -350,12 +293,19 @@ def test_any_error_of_cory_envs_own_is_one_line_with_its_exit_code(run):
     assert error_line("prog", _ServiceDown()) == "prog: error: _ServiceDown"  # no message: the class says what
 
 
-def test_other_exceptions_and_ctrl_c_go_through_untouched(monkeypatch):
+def test_other_exceptions_go_through_untouched(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["prog", "bug"])
     with pytest.raises(ZeroDivisionError, match="a bug"):  # Python prints its traceback and exits with 1
         _fails_with()
+
+
+def test_ctrl_c_is_one_line_and_exit_status_130(run, monkeypatch):
+    assert run(_fails_with, "prog", ["interrupt"]) == (130, "prog: stopped by SIGINT\n")
+    with pytest.raises(KeyboardInterrupt):  # called with arguments (a test, a notebook): raised to the caller
+        _fails_with(["interrupt"])
+    monkeypatch.setenv(DEBUG_VARIABLE, "1")
     monkeypatch.setattr(sys, "argv", ["prog", "interrupt"])
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt):  # --debug: Python's own traceback
         _fails_with()
 
 
