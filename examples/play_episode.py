@@ -18,6 +18,7 @@ import torch
 from cory_agents.acting.actor import LMActor
 from cory_agents.cli.errors import RETIRED_EVAL_FLAGS, add_debug_flag, one_line_errors, refuse_retired_flags
 from cory_env import CollectiveRewardWrapper, RoleExchangeWrapper, env
+from cory_env.errors import UsageError
 from cory_env.models import EMBEDDED_MODEL, load_causal_lm, load_tokenizer
 from cory_env.rewards.sentiment import vader_sentiment
 from cory_env.tasks.sentiment import sentiment_prompts
@@ -37,7 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    return build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
+    if args.conversations < 1:
+        raise UsageError(f"--conversations must be at least 1, got {args.conversations}")
+    return args
 
 
 @one_line_errors

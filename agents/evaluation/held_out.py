@@ -37,7 +37,15 @@ import torch
 from tqdm.auto import tqdm
 
 from cory_agents.evaluation.answers import distinct_n, mean_pass_at_k, ngrams, pass_at_k, repetition_rate  # noqa: F401
-from cory_agents.evaluation.report import EVAL_COLUMNS, fmt, format_result, jsonable, markdown_table, write_json  # noqa: F401
+from cory_agents.evaluation.report import (  # noqa: F401
+    EVAL_COLUMNS,
+    check_output_file,
+    fmt,
+    format_result,
+    jsonable,
+    markdown_table,
+    write_json,
+)
 from cory_agents.learners.lm import flag
 from cory_agents.learners.ppo import Episode, PPOLearner
 from cory_agents.training.build import resolve_device
@@ -339,6 +347,8 @@ def evaluate_learners(
 def evaluate(config: EvalConfig, *, progress: bool = True, write: bool = True) -> dict[str, Any]:
     """Load the policy, answer the held-out prompts, and (``write``) save the JSON; returns the result."""
     device = resolve_device(config.device)
+    if write and config.out:
+        check_output_file(config.out)  # a folder, or below a file: refused before the policy loads
     if config.checkpoint:
         path = find_checkpoint(config.checkpoint)
         state = load_checkpoint(path, trust=config.trust_checkpoint)

@@ -6,6 +6,7 @@ Shared by :mod:`cory_agents.evaluation.held_out` (``cory-eval``) and
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -13,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from cory_env.errors import CoryError, UsageError
 
 
 def jsonable(value: Any) -> Any:
@@ -28,12 +31,39 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def write_json(path: str | Path, data: Any) -> Path:
+class ReportWriteError(CoryError, OSError):
+    """A result file could not be written (no space, no permission): the message names it and the cause."""
+
+
+def check_output_file(path: str | Path, flag: str = "--out") -> None:
+    """Before any work: refuse a ``path`` that no file can be written to, a folder or a path below a file, with a
+    UsageError naming ``flag``. Missing folders above it are fine (:func:`write_json` makes them)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        raise UsageError(f"{flag} {path} is a folder: give the file to write, e.g. {flag} {path / 'evaluation.json'}")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UsageError(
+                    f"{flag} {path} is below {parent}, which is a file, not a folder: choose another {flag}"
+                )
+            break
+
+
+def write_json(path: str | Path, data: Any) -> Path:
+    """Write ``data`` as strict JSON to ``path`` atomically (a temporary file renamed into place), making the
+    folders above it. Raises :class:`ReportWriteError` where it cannot (no space, no permission, a folder there)."""
+    path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(jsonable(data), indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    text = json.dumps(jsonable(data), indent=2, allow_nan=False) + "\n"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):  # what a write cut short left
+            tmp.unlink(missing_ok=True)
+        raise ReportWriteError(f"could not write {path}: {exc.strerror or exc}") from exc
     return path
 
 

@@ -65,7 +65,7 @@ from cory_agents.training.config import (
     resolve,
     sections_for,
 )
-from cory_agents.training.ownership import check_run_removable, refuse, remove_if_empty, remove_run
+from cory_agents.training.ownership import check_out_folder, check_run_removable, refuse, remove_if_empty, remove_run
 from cory_agents.training.registry import LEARNERS
 from cory_agents.training.trainer import Trainer
 from cory_env.errors import UsageError
@@ -107,8 +107,9 @@ class BenchmarkConfig:
             )
         if len(set(self.algos)) < len(self.algos):
             raise UsageError(f"--algos {' '.join(self.algos)} names an algorithm twice: give each once")
-        if self.seeds < 1:
-            raise UsageError(f"--seeds must be at least 1, got {self.seeds}")
+        for name in ("seeds", "eval_prompts", "eval_samples_per_prompt", "eval_batch_size"):
+            if getattr(self, name) < 1:  # the evaluation's, checked now: it runs after the first training run
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.resume and self.overwrite:
             raise UsageError("--resume continues a benchmark and --overwrite starts it over: give one")
 
@@ -301,6 +302,7 @@ def run_benchmark(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
     for arm in bench.algos:  # an entry whose settings cannot work fails now, not after the others' runs
         resolve(dataclasses.replace(train, **for_algo(train, arm)))
     out = Path(bench.out)
+    check_out_folder(out)  # a file, or below one: refused before any run trains
     runs = [(seed, algo) for seed in range(bench.seed, bench.seed + bench.seeds) for algo in bench.algos]
     if bench.resume:
         _check_finished_runs(out, train, bench, [run_dir(out, algo, seed) for seed, algo in runs])

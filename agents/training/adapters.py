@@ -19,12 +19,24 @@ from typing import Any
 import torch
 from torch import nn
 
+from cory_env.errors import UsageError
+
 
 def shared_lora_model(base: nn.Module, adapters: Sequence[str], lora_config: Any) -> nn.Module:
     """Wrap ``base`` in a ``PeftModel`` with one LoRA adapter per name (base weights frozen)."""
     from peft import get_peft_model
 
-    model = get_peft_model(base, lora_config, adapter_name=adapters[0])
+    try:
+        model = get_peft_model(base, lora_config, adapter_name=adapters[0])
+    except ValueError as exc:  # peft's NoMatchingPeftModuleError: no module of that name in the model
+        if "not found in the base model" not in str(exc):
+            raise
+        linear = sorted({name.rsplit(".", 1)[-1] for name, m in base.named_modules() if isinstance(m, nn.Linear)})
+        wanted = lora_config.target_modules
+        raise UsageError(
+            f"--lora-target-modules {wanted if isinstance(wanted, str) else ','.join(sorted(wanted))}: no layer of "
+            f"the model has such a name; its linear layers are {', '.join(linear)}: give some of them, comma-separated, or all-linear"
+        ) from exc
     for name in adapters[1:]:
         model.add_adapter(name, lora_config)
     return model

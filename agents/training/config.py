@@ -13,7 +13,9 @@ the build.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,9 +39,13 @@ from cory_agents.training.sections import (
     TaskConfig,
 )
 from cory_agents.training.trackers import resolve_report_to
-from cory_env.errors import UsageError
+from cory_env.errors import CoryError, UsageError
 from cory_env.tasks import Task, custom_task, get_task
 from cory_env.wrappers import learner_names
+
+
+class PackageNotInstalledError(CoryError, ImportError):
+    """A setting needs a package that is not installed (``--load-in-4bit``: bitsandbytes): install it, or drop the setting."""
 
 
 @dataclass(kw_only=True)
@@ -76,11 +82,12 @@ class TrainConfig(
             raise UsageError(
                 f"learner must be one of {sorted(LEARNERS)} (or registered in LEARNERS), got {self.learner!r}"
             )
-        for name in ("iterations", "batch_size", "checkpoint_every", "keep_checkpoints"):
+        for name in ("iterations", "batch_size", "checkpoint_every", "keep_checkpoints", "role_exchange_period"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
         super().__post_init__()  # the learners' sections
+        check_numbers(self)
         if self.num_agents is not None and (isinstance(self.num_agents, bool) or self.num_agents < 1):
             raise UsageError(f"--num-agents must be at least 1, got {self.num_agents}")
         if self.algo == "ppo" and (self.num_agents or 1) > 1:
@@ -161,6 +168,32 @@ class TrainConfig(
         holding this run's values: its fields, read by name."""
         section = section or learner_section(self.learner)
         return section(**{f.name: getattr(self, f.name) for f in dataclasses.fields(section) if f.init})
+
+
+#: The numbers a value of which the run would take and then fail on, deep inside (the optimizer, the
+#: sampler, peft) or train nothing with: (field, lowest value, whether the lowest is allowed, what it means).
+NUMBER_RANGES: tuple[tuple[str, float, bool, str], ...] = (
+    ("lr", 0.0, True, "the AdamW learning rate, e.g. 3e-5"),
+    ("weight_decay", 0.0, True, "AdamW's weight decay, 0: none"),
+    ("kl_coef", 0.0, True, "the KL penalty's coefficient, 0: no penalty; a negative one would reward drifting away"),
+    ("temperature", 0.0, False, "the sampling temperature, 1.0: the model's own distribution"),
+    ("top_k", 0, True, "0: off"),
+    ("samples_per_iteration", 0, True, "sample generations written per learner, 0: none"),
+    ("lora_r", 1, True, "the LoRA rank"),
+    ("lora_alpha", 0, False, "LoRA's scale: the adapters' output is multiplied by lora_alpha / lora_r"),
+)
+
+
+def check_numbers(config: TrainConfig) -> None:
+    """Each number of :data:`NUMBER_RANGES` (and ``--top-p``) finite and in its range, else a UsageError naming the
+    flag, the range and what the value means."""
+    for name, lowest, allowed, meaning in NUMBER_RANGES:
+        value = getattr(config, name)
+        if not math.isfinite(value) or value < lowest or (value == lowest and not allowed):
+            bound = f"{'at least' if allowed else 'above'} {lowest:g}"
+            raise UsageError(f"--{name.replace('_', '-')} must be a number {bound} ({meaning}), got {value}")
+    if not (math.isfinite(config.top_p) and 0 < config.top_p <= 1):
+        raise UsageError(f"--top-p must be above 0 and at most 1 (nucleus sampling, 1.0: off), got {config.top_p}")
 
 
 def sections_for(learner: str) -> tuple[type, ...]:
@@ -246,6 +279,11 @@ def resolve(config: TrainConfig, data_parallel: DataParallel | None = None) -> T
     check_devices(config, dp)
     if config.load_in_4bit and not config.lora:
         raise UsageError("--load-in-4bit needs --lora: bitsandbytes 4-bit weights are frozen, so only adapters train")
+    if config.load_in_4bit and importlib.util.find_spec("bitsandbytes") is None:
+        raise PackageNotInstalledError(
+            "--load-in-4bit needs the bitsandbytes package, which is not installed: pip install bitsandbytes "
+            "(on a machine with a CUDA GPU), or drop --load-in-4bit"
+        )
     if dp.bf16 and not config.bf16:
         config = dataclasses.replace(config, bf16=True)
     return config

@@ -32,7 +32,7 @@ from torch import nn
 
 from cory_agents.distributed.fsdp import full_state
 from cory_agents.training.adapters import AdapterView
-from cory_agents.training.ownership import NotOursError, check_replaceable, write_manifest
+from cory_agents.training.ownership import check_out_folder, check_replaceable, write_manifest
 from cory_env.models import apply_umask
 
 #: Where a run's policies go, under its --out.
@@ -88,12 +88,9 @@ def check_export_folder(folder: Path, learners: list[str]) -> None:
     """Refuse, before anything is written, an export into ``folder`` that would replace what cory-env
     did not write: ``folder`` a file, or ``folder/<learner>`` a folder without the export's manifest
     or with a file the manifest does not list (:mod:`cory_agents.training.ownership`)."""
-    fix = "choose another --out, or move it away"
-    for path in (folder, *folder.parents):
-        if path.exists() and not path.is_dir():
-            raise NotOursError(f"{path} is a file, and the models go in a folder {folder}: {fix}")
+    check_out_folder(folder)
     for learner in learners:
-        check_replaceable(folder / learner, fix)
+        check_replaceable(folder / learner, "choose another --out, or move it away")
 
 
 def _whole_state(policy: nn.Module) -> dict[str, Any]:

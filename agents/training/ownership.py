@@ -90,6 +90,18 @@ def is_run_folder(out: Path) -> bool:
     return checkpoints.is_dir() and any(CHECKPOINT_FILE.match(p.name) and p.is_file() for p in checkpoints.iterdir())
 
 
+def check_out_folder(out: Path, flag: str = "--out") -> None:
+    """Refuse an output folder that is a file or lies below one (a usage error naming ``flag``)."""
+    fix = f"choose another {flag} (a new or empty folder), or move that file away"
+    if out.exists() and not out.is_dir():
+        raise NotOursError(f"{flag} {out} is a file, not a folder: {fix}")
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise NotOursError(f"{flag} {out} is below {parent}, which is a file, not a folder: {fix}")
+            break
+
+
 def check_run_folder(out: Path, learners: list[str] = ()) -> None:
     """Before a run writes into ``out``: refuse where it would overwrite a file of someone else's.
 
@@ -97,14 +109,8 @@ def check_run_folder(out: Path, learners: list[str] = ()) -> None:
     the names a run writes (:data:`RUN_FILES`, ``checkpoints/``, ``model/<learner>``) is taken.
     """
     fix = "choose another --out (a new or empty folder), or move that file away"
-    if out.exists() and not out.is_dir():
-        raise NotOursError(f"--out {out} is a file, not a folder: {fix}")
+    check_out_folder(out)
     if not out.exists():
-        for parent in out.parents:
-            if parent.exists():
-                if not parent.is_dir():
-                    raise NotOursError(f"--out {out} is below {parent}, which is a file, not a folder: {fix}")
-                break
         return
     if not is_run_folder(out):
         for name in RUN_FILES:

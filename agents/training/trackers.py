@@ -64,6 +64,20 @@ class TrackerNotInstalledError(CoryError, ImportError):
     """``--report-to`` names a tracker whose package is not installed: install it, or leave the tracker out."""
 
 
+class TrackerStartError(CoryError, RuntimeError):
+    """A tracker of ``--report-to`` failed to start (W&B not logged in, an MLflow server not reachable, ...): the
+    message gives its own error; fix that, or leave the tracker out. The run's checkpoints are written apart."""
+
+
+def _start_failure(name: str, exc: Exception) -> str:
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return (
+        f"--report-to {name}: the {name} tracker could not start ({type(exc).__name__}{': ' + reason if reason else ''}). "
+        f"Fix that (for wandb: wandb login, or WANDB_MODE=offline), or leave {name} out of --report-to; "
+        f"metrics.csv is written without any tracker"
+    )
+
+
 def supported_trackers() -> list[str]:
     """Every tracker name ``--report-to`` knows: accelerate's, and those registered with it."""
     return sorted(LOGGER_TYPE_TO_CLASS)
@@ -148,11 +162,14 @@ class Trackers:
         try:
             for name in self.names:
                 tracker_class = LOGGER_TYPE_TO_CLASS[name]
-                if tracker_class.requires_logging_directory:  # TensorBoard, Aim: the run's folder is --out
-                    tracker = tracker_class(out.name, out.parent, **self._init_kwargs(name, out))
-                else:
-                    tracker = tracker_class(self._project(name), **self._init_kwargs(name, out))
-                tracker.start()
+                try:
+                    if tracker_class.requires_logging_directory:  # TensorBoard, Aim: the run's folder is --out
+                        tracker = tracker_class(out.name, out.parent, **self._init_kwargs(name, out))
+                    else:
+                        tracker = tracker_class(self._project(name), **self._init_kwargs(name, out))
+                    tracker.start()
+                except Exception as exc:  # not logged in, no server, no network: the tracker's own error
+                    raise TrackerStartError(_start_failure(name, exc)) from exc
                 self.trackers.append(tracker)
             if self.config:
                 values = hyperparameters(self.config)

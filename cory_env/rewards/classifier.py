@@ -23,6 +23,7 @@ import torch
 
 from cory_env.errors import UsageError
 from cory_env.hub import hub_offline
+from cory_env.models import check_model_path, local_load_failed
 
 logger = logging.getLogger(__name__)
 
@@ -72,8 +73,14 @@ class ClassifierReward:
         self.name = os.fspath(model)
         self.device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
         self.batch_size = int(batch_size)
+        check_model_path(self.name, "reward model", tokenizer=True)
         local_only = hub_offline() and not os.path.isdir(self.name)
-        self.tokenizer = AutoTokenizer.from_pretrained(self.name, local_files_only=local_only)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(self.name, local_files_only=local_only)
+        except ValueError as err:  # a local folder without tokenizer files (a Hub name fails with an OSError)
+            if not os.path.isdir(self.name):
+                raise
+            raise local_load_failed("tokenizer", self.name, err, flag="--reward") from err
         self.model = AutoModelForSequenceClassification.from_pretrained(
             self.name, local_files_only=local_only, dtype=torch.float32
         )

@@ -243,6 +243,155 @@ def test_cory_bench_into_a_folder_that_holds_a_benchmark(run, tmp_path):
     assert the_error(err, "cory-bench").startswith(f"{tmp_path} already holds a benchmark: pass --resume")
 
 
+# ------------------------------------------------------------- a new user's mistakes: each one line, none a traceback
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "expected"),
+    [
+        ("--lr", "nan", "--lr must be a number at least 0 (the AdamW learning rate, e.g. 3e-5), got nan"),
+        ("--lr", "-1", "--lr must be a number at least 0"),  # torch.optim's ValueError before
+        ("--weight-decay", "-0.1", "--weight-decay must be a number at least 0"),
+        ("--kl-coef", "-1", "--kl-coef must be a number at least 0 (the KL penalty's coefficient, 0: no penalty"),
+        ("--temperature", "0", "--temperature must be a number above 0"),  # transformers' ValueError before
+        ("--top-k", "-1", "--top-k must be a number at least 0 (0: off), got -1"),
+        ("--top-p", "0", "--top-p must be above 0 and at most 1 (nucleus sampling, 1.0: off), got 0.0"),
+        ("--role-exchange-period", "0", "--role-exchange-period must be at least 1, got 0"),
+        ("--lora-r", "0", "--lora-r must be a number at least 1 (the LoRA rank), got 0"),  # peft's ValueError before
+        ("--lora-alpha", "0", "--lora-alpha must be a number above 0"),
+        ("--samples-per-iteration", "-1", "--samples-per-iteration must be a number at least 0"),
+    ],
+)
+def test_a_number_that_cannot_work(run, toy_model, tmp_path, flag, value, expected):
+    code, err = run(cory_train.main, "cory-train", toy_args(toy_model, tmp_path, "--lora", "true", flag, value))
+    assert code == 2
+    assert the_error(err, "cory-train").startswith(expected)
+    assert err.count("\n") == 1  # refused while parsing, before any model loads
+
+
+def test_lora_target_modules_the_model_does_not_have(run, toy_model, tmp_path):
+    args = toy_args(toy_model, tmp_path, "--lora", "true", "--lora-target-modules", "c_attn")  # GPT-2's, not Llama's
+    code, err = run(cory_train.main, "cory-train", args)
+    assert code == 2
+    message = the_error(err, "cory-train")
+    assert message.startswith("--lora-target-modules c_attn: no layer of the model has such a name")
+    assert "q_proj" in message and "all-linear" in message
+
+
+def test_a_model_path_that_holds_no_model(run, toy_model, tmp_path):
+    (tmp_path / "weights.bin").write_bytes(b"\x00" * 8)
+    (tmp_path / "empty").mkdir()
+    for path, what in [
+        (tmp_path / "weights.bin", "is a file, not a model folder"),
+        (tmp_path / "empty", "is a folder without config.json"),
+    ]:
+        code, err = run(cory_train.main, "cory-train", toy_args(path, tmp_path / "run"))
+        assert code == 2
+        assert the_error(err, "cory-train").startswith(f"model '{path}' {what}")
+    code, err = run(cory_eval.main, "cory-eval", ["--model", str(tmp_path / "empty")])
+    assert code == 2 and "is a folder without config.json" in the_error(err, "cory-eval")
+
+
+def test_a_model_folder_without_its_tokenizer(run, toy_model, tmp_path):
+    weights_only = tmp_path / "weights_only"
+    weights_only.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (weights_only / name).write_bytes((toy_model / name).read_bytes())
+    code, err = run(cory_train.main, "cory-train", toy_args(weights_only, tmp_path / "run"))
+    assert code == 1
+    assert the_error(err, "cory-train").startswith(
+        f"the model folder '{weights_only}' has no loadable tokenizer (no tokenizer.json or tokenizer_config.json in it)"
+    )
+
+
+def test_a_reward_folder_that_holds_no_model(run, toy_model, tmp_path):
+    (tmp_path / "my_reward").mkdir()
+    code, err = run(
+        cory_train.main, "cory-train", toy_args(toy_model, tmp_path / "run", "--reward", str(tmp_path / "my_reward"))
+    )
+    assert code == 2
+    message = the_error(err, "cory-train")
+    assert message.startswith(f"unknown reward '{tmp_path / 'my_reward'}'")
+    assert "is a folder without config.json" in message
+
+
+def test_a_tracker_that_cannot_start(run, monkeypatch, toy_model, tmp_path):
+    from accelerate.tracking import LOGGER_TYPE_TO_CLASS
+
+    class Unreachable:  # as W&B without a login, or an MLflow server that is down
+        requires_logging_directory = False
+
+        def __init__(self, *args, **kwargs):
+            raise ConnectionError("server at http://tracker:5000 refused the connection")
+
+    monkeypatch.setitem(LOGGER_TYPE_TO_CLASS, "unreachable", Unreachable)
+    code, err = run(cory_train.main, "cory-train", toy_args(toy_model, tmp_path, "--report-to", "unreachable"))
+    assert code == 1
+    assert the_error(err, "cory-train").startswith(
+        "--report-to unreachable: the unreachable tracker could not start (ConnectionError: server at "
+        "http://tracker:5000 refused the connection). Fix that"
+    )
+
+
+def test_load_in_4bit_without_bitsandbytes(run, toy_model, tmp_path):
+    if importlib.util.find_spec("bitsandbytes") is not None:
+        pytest.skip("bitsandbytes is installed here")
+    code, err = run(
+        cory_train.main, "cory-train", toy_args(toy_model, tmp_path, "--lora", "true", "--load-in-4bit", "true")
+    )
+    assert code == 1
+    assert the_error(err, "cory-train").startswith(
+        "--load-in-4bit needs the bitsandbytes package, which is not installed"
+    )
+
+
+def test_cory_eval_out_where_no_file_can_be_written(run, tmp_path):
+    (tmp_path / "a_file").write_text("")
+    for out, expected in [
+        (tmp_path, f"--out {tmp_path} is a folder: give the file to write, e.g. --out {tmp_path / 'evaluation.json'}"),
+        (
+            tmp_path / "a_file" / "e.json",
+            f"--out {tmp_path / 'a_file' / 'e.json'} is below {tmp_path / 'a_file'}, which is a file",
+        ),
+    ]:
+        # refused before the checkpoint is even looked for: no evaluation is lost at the end
+        code, err = run(cory_eval.main, "cory-eval", ["--checkpoint", str(tmp_path / "no_run"), "--out", str(out)])
+        assert code == 2
+        assert the_error(err, "cory-eval").startswith(expected)
+
+
+def test_cory_bench_out_where_no_folder_can_be(run, tmp_path):
+    (tmp_path / "a_file").write_text("")
+    for out, expected in [
+        (tmp_path / "a_file", f"--out {tmp_path / 'a_file'} is a file, not a folder"),
+        (
+            tmp_path / "a_file" / "b",
+            f"--out {tmp_path / 'a_file' / 'b'} is below {tmp_path / 'a_file'}, which is a file",
+        ),
+    ]:
+        code, err = run(
+            reward_benchmark.main, "cory-bench", ["--out", str(out), "--reward", "tests.support.toy:fraction_good"]
+        )
+        assert code == 2
+        assert the_error(err, "cory-bench").startswith(expected)
+
+
+def test_cory_bench_checks_the_evaluation_flags_before_training(run, tmp_path):
+    code, err = run(reward_benchmark.main, "cory-bench", ["--out", str(tmp_path / "b"), "--eval-prompts", "0"])
+    assert code == 2
+    assert the_error(err, "cory-bench") == "--eval-prompts must be at least 1, got 0"  # was --num-prompts, after a run
+    assert not (tmp_path / "b").exists()
+
+
+def test_play_episode_without_conversations(run, toy_model):
+    import runpy
+
+    play_episode = runpy.run_path(str(ROOT / "examples" / "play_episode.py"), run_name="play_episode")
+    code, err = run(play_episode["main"], "play_episode.py", ["--model", str(toy_model), "--conversations", "0"])
+    assert code == 2
+    assert the_error(err, "play_episode.py") == "--conversations must be at least 1, got 0"
+
+
 # ------------------------------------------------------------- the mechanism
 
 
