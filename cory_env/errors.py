@@ -25,4 +25,17 @@ class UsageError(CoryError, ValueError):
     exit_code = 2
 
 
-__all__ = ["CoryError", "UsageError"]
+class NonFiniteUpdateError(CoryError):
+    """A learner's update met a number that is NaN or infinite (the scores or advantages it learns
+    from, a loss, the gradient norm): it raised before the optimizer step that would have used it, so
+    no NaN reached the weights or the optimizer state. The message names the learner, the iteration,
+    the quantity and what to try; the attributes hold them too (``iteration`` counts from 1, as the
+    run's messages do; ``quantity``: ``"scores"``, ``"advantages"``, ``"returns"``, ``"loss"`` or
+    ``"gradient norm"``)."""
+
+    def __init__(self, message: str, *, learner: str = "", iteration: int = 0, quantity: str = ""):
+        super().__init__(message)
+        self.learner, self.iteration, self.quantity = learner, iteration, quantity
+
+
+__all__ = ["CoryError", "NonFiniteUpdateError", "UsageError"]

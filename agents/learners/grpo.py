@@ -171,6 +171,7 @@ class GRPOLearner(LMLearner):
         """One group-relative update on one batched episode; returns the iteration's statistics."""
         c = self.config
         self._check_groups(ep)
+        self._refuse_non_finite_inputs(scores=ep.scores)
         B, T = ep.input_ids.shape[0], ep.response_width
         s = self._score_episode(ep)
         mask = s["response_mask"]
@@ -179,6 +180,7 @@ class GRPOLearner(LMLearner):
         if c.kl_penalty == "reward":
             rewards = rewards - kl_coef * s["kl"].sum(-1)
         advantages = group_advantages(rewards, c.group_size, c.advantage, c.std_eps)
+        self._refuse_non_finite_inputs(advantages=advantages)  # what every minibatch's loss reads
         token_advantages = advantages[:, None].expand(B, T)
 
         ids, attn = ep.input_ids.to(self.device), ep.attention_mask.to(self.device)

@@ -33,10 +33,31 @@ the weight each member learns with to ``[1/c, c]`` (``|log M| <= log c``, symmet
 log is; ``c = 1`` leaves sequential independent PPO). The product itself runs unclipped: a member's
 weight is the clip of the true ``M``, not a product of clipped factors. With the clip,
 ``happo_factor_clipped`` is the fraction of conversations whose weight it changed.
+
+**In log space.** ``M`` is kept as its logarithm, the running sum of the earlier agents' log-ratios
+``log pi_new - log pi_old`` (each a finite float32 sum of log-probabilities, summed here in
+float64), and a member's weight is one exponential of it::
+
+    log M^{i_{1:m}}_b = sum_{j < m} [log pi_new^{i_j}(y_b | x_b) - log pi_old^{i_j}(y_b | x_b)]
+    weight_b          = exp(log M_b)                                  (unclipped)
+                      = clip(exp(clip(log M_b, -log c, log c)), 1/c, c)   (--happo-factor-clip c)
+
+the outer clip only absorbing the rounding of ``exp(log c)``. A product of float32 ratios fails
+where this does not: one ratio past ``e^88.7`` overflows to ``inf``, and ``inf`` times a ratio that
+underflowed to 0 (three agents or more), or times 0, is NaN, which no clip afterwards can mend.
+Here the clip acts on ``log M``, always finite, so a clipped weight is always finite and exact
+(``log M = 100`` with ``c = 2`` gives 2, not ``inf`` clipped). Unclipped, a weight past float32's
+range (``log M > 88.7``) becomes ``inf`` where the member weights its float32 advantages: no float32
+number is that weight, so the member's advantages are not finite and its update stops before its
+first optimizer step (:class:`~cory_env.errors.NonFiniteUpdateError`, to which HAPPO adds the largest
+``|log M|`` and ``--happo-factor-clip``), rather than learning from a weight made up. The logged
+``happo_factor_mean``/``_max`` are those of the weights used, ``happo_factor_clipped`` the fraction
+of conversations with ``|log M| > log c``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -46,7 +67,7 @@ import torch
 from cory_agents.learners.lm import flag
 from cory_agents.learners.ppo import PPOConfig, PPOLearner
 from cory_agents.learners.team import TeamEpisode
-from cory_env.errors import UsageError
+from cory_env.errors import NonFiniteUpdateError, UsageError
 
 #: The update order's random stream, apart from the members' (seeded with the run's seed too).
 ORDER_STREAM = 1
@@ -104,33 +125,62 @@ class HAPPO:
     def learn(self, team: TeamEpisode) -> dict[str, dict[str, float]]:
         names = list(team.episodes)
         order = [names[i] for i in torch.randperm(len(names), generator=self.generator).tolist()]
-        factor: torch.Tensor | None = None  # M, per conversation; 1 for the first agent
+        log_factor: torch.Tensor | None = None  # log M per conversation, float64 on the CPU; 0 for the first agent
         stats: dict[str, dict[str, float]] = {}
         for position, name in enumerate(order):
             member, episode = self.members[name], team.episodes[name]
             last = position == len(order) - 1
             before = None if last else member.response_logprobs(episode)
-            weight = factor
-            if factor is not None and self.factor_clip is not None:
-                weight = factor.clamp(1 / self.factor_clip, self.factor_clip)
-            stats[name] = member.learn(episode, advantage_weights=weight)
-            weights = np.ones(len(episode.scores)) if weight is None else weight.cpu().numpy()
-            stats[name] |= {"update_position": float(position)} | self.factor_stats(weights, factor, team)
+            weight = None if log_factor is None else self.weights(log_factor)
+            try:
+                stats[name] = member.learn(episode, advantage_weights=weight)
+            except NonFiniteUpdateError as error:
+                raise self.explained(error, log_factor) from error
+            weights = np.ones(len(episode.scores)) if weight is None else weight.numpy()
+            stats[name] |= {"update_position": float(position)} | self.factor_stats(weights, log_factor, team)
             if not last:  # this agent's change on each conversation weights the later ones
-                change = torch.exp(member.response_logprobs(episode) - before).cpu()
-                factor = change if factor is None else factor * change
+                change = (member.response_logprobs(episode) - before).cpu().double()
+                log_factor = change if log_factor is None else log_factor + change
         return stats
 
-    def factor_stats(self, weights: np.ndarray, factor: torch.Tensor | None, team: TeamEpisode) -> dict[str, float]:
+    def weights(self, log_factor: torch.Tensor) -> torch.Tensor:
+        """The weights a member learns with, from ``log M`` (module docstring): ``exp(log M)``, or with the clip
+        ``c`` ``exp`` of ``log M`` clipped to ``[-log c, log c]`` (exactly ``c`` or ``1/c`` at the bounds)."""
+        if self.factor_clip is None:
+            return torch.exp(log_factor)
+        c = self.factor_clip
+        return torch.exp(log_factor.clamp(-math.log(c), math.log(c))).clamp(1 / c, c)
+
+    def factor_stats(self, weights: np.ndarray, log_factor: torch.Tensor | None, team: TeamEpisode) -> dict[str, float]:
         """The weights a member learned with, over every process's conversations: their mean and
-        maximum, and with the clip the fraction it changed."""
+        maximum, and with the clip the fraction it changed (``|log M| > log c``)."""
         stats = {}
         if self.factor_clip is not None:
-            unclipped = np.ones(len(weights)) if factor is None else factor.cpu().numpy()
-            clipped = (weights != unclipped).astype(np.float64)
-            stats["happo_factor_clipped"] = float(team.data_parallel.gather(clipped).mean())
+            outside = (
+                np.zeros(len(weights)) if log_factor is None else log_factor.abs().numpy() > math.log(self.factor_clip)
+            )
+            stats["happo_factor_clipped"] = float(team.data_parallel.gather(outside.astype(np.float64)).mean())
         weights = team.data_parallel.gather(weights)
         return {"happo_factor_mean": float(weights.mean()), "happo_factor_max": float(weights.max())} | stats
+
+    def explained(self, error: NonFiniteUpdateError, log_factor: torch.Tensor | None) -> NonFiniteUpdateError:
+        """A member's :class:`~cory_env.errors.NonFiniteUpdateError` with what HAPPO's weight adds: how large
+        ``log M`` grew on its conversations, and ``--happo-factor-clip``."""
+        if log_factor is None:  # the first in the order learns with weight 1: nothing of HAPPO's to add
+            return error
+        largest = float(log_factor.abs().max())
+        clip = (
+            f"a lower --happo-factor-clip (now {self.factor_clip:g})"
+            if self.factor_clip is not None
+            else "--happo-factor-clip (e.g. 10) to bound it"
+        )
+        return NonFiniteUpdateError(
+            f"{error}; HAPPO weighted its advantages by M, the earlier agents' probability ratios, "
+            f"with |log M| up to {largest:.4g} (float32 overflows past 88.7): try {clip}",
+            learner=error.learner,
+            iteration=error.iteration,
+            quantity=error.quantity,
+        )
 
     def state_dict(self) -> dict[str, Any]:
         return {"generator": self.generator.get_state()}

@@ -14,10 +14,17 @@ A subclass passes its policy module and the causal LM inside it that acts, and i
   :meth:`_backward` for each (accumulation-scaled) loss and :meth:`_optimizer_step` at each
   accumulation boundary, which the run's :mod:`~cory_agents.distributed.optimizer_step` carries out
   (in one process, data parallel, FSDP or DeepSpeed ZeRO alike: the learner does not know which);
+* no NaN reaches the weights: a subclass's ``learn`` checks what every loss of its update reads
+  (the scores, the advantages: :meth:`_refuse_non_finite_inputs`) before its first optimizer step,
+  and before each optimizer step the losses since the last one and the gradient norm are checked;
+  one that is not finite raises :class:`~cory_env.errors.NonFiniteUpdateError` instead of stepping
+  (that step changes no weight and no optimizer state). Its message names the learner (``name``,
+  which the run sets), the iteration (``updates + 1``: ``updates`` counts the completed ``_update``
+  loops), the quantity and what to try. Every process of a run takes the same decision;
 * ``kl_ctl``: a fixed or adaptive (Ziegler et al., 2019) KL coefficient;
 * ``state_dict``/``load_state_dict``: the trainable weights by name, the optimizer, the
-  controller and both random generators, so a resumed run continues exactly (the optimizer
-  state in the single-process format, whatever the run's distribution).
+  controller, both random generators and the count of updates, so a resumed run continues exactly
+  (the optimizer state in the single-process format, whatever the run's distribution).
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from cory_agents.algorithms.kl import ESTIMATORS, AdaptiveKLController, FixedKLC
 from cory_agents.distributed.data_parallel import DataParallel
 from cory_agents.distributed.optimizer_step import optimizer_steps
 from cory_agents.learners.base import Episode, reward_metrics
-from cory_env.errors import UsageError
+from cory_env.errors import NonFiniteUpdateError, UsageError
 
 
 def predicting_columns(width: int, T: int, device: torch.device | str | None = None) -> torch.Tensor:
@@ -181,6 +188,14 @@ class LMLearner:
         self.optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay, fused=fused or None)
         #: How the optimizer steps in this run (one process, data parallel, FSDP or ZeRO).
         self.steps = optimizer_steps(model, self.optimizer, self.data_parallel, config.max_grad_norm or None)
+        self.steps.non_finite = self._non_finite_update
+        #: This learner's name in the run (``llm_0``, ``pioneer``: the run sets it when it builds the
+        #: learner), for its messages.
+        self.name = "the learner"
+        #: The updates this learner has completed (saved in its checkpoint): the run's iterations so far,
+        #: as every learner learns once an iteration.
+        self.updates = 0
+        self._steps_taken = 0  # optimizer steps of the update under way
         self.kl_ctl = (
             AdaptiveKLController(kl_coef, config.target_kl, config.kl_horizon)
             if config.adaptive_kl
@@ -278,21 +293,25 @@ class LMLearner:
         accumulation = self.config.gradient_accumulation_steps
         self.model.train()
         stats: dict[str, list[float]] = {}
-        done = 0
+        done = self._steps_taken = 0
         self.optimizer.zero_grad(set_to_none=True)
-        for minibatch in minibatches:
-            total, values = loss(*minibatch)
-            del minibatch  # its logits go with the graph, before the next minibatch's forward pass
-            self._backward(total / accumulation)
-            done += 1
-            if done % accumulation == 0:
+        try:
+            for minibatch in minibatches:
+                total, values = loss(*minibatch)
+                del minibatch  # its logits go with the graph, before the next minibatch's forward pass
+                self._backward(total / accumulation)
+                done += 1
+                if done % accumulation == 0:
+                    self._optimizer_step()
+                for name, value in values.items():
+                    stats.setdefault(name, []).append(value)
+                del total
+            if done % accumulation:  # a partial accumulation left over
                 self._optimizer_step()
-            for name, value in values.items():
-                stats.setdefault(name, []).append(value)
-            del total
-        if done % accumulation:  # a partial accumulation left over
-            self._optimizer_step()
-        self.model.eval()  # back to acting
+        finally:
+            self.model.eval()  # back to acting (after a NonFiniteUpdateError too)
+            self._steps_taken = 0
+        self.updates += 1
         return {name: float(np.mean(values)) for name, values in stats.items()}
 
     def _backward(self, loss: torch.Tensor) -> None:
@@ -301,8 +320,55 @@ class LMLearner:
         self.steps.backward(loss)
 
     def _optimizer_step(self) -> None:
-        """Average the gradients over processes, clip them, step, zero them (:mod:`cory_agents.distributed.optimizer_step`)."""
+        """Average the gradients over processes, clip them, step, zero them (:mod:`cory_agents.distributed.optimizer_step`);
+        raise :class:`~cory_env.errors.NonFiniteUpdateError` instead of stepping if a loss since the last step or the
+        gradient norm is not finite."""
         self.steps.step()
+        self._steps_taken += 1
+
+    def _refuse_non_finite_inputs(self, **inputs: torch.Tensor | np.ndarray) -> None:
+        """Raise :class:`~cory_env.errors.NonFiniteUpdateError` before this update's first optimizer step if one of
+        ``inputs`` (``(B, ...)``, one row per conversation: the scores, the advantages, ...) holds a NaN or an
+        infinity in float32 (a score of 1e300 is one). Every process takes the same decision (one all-reduce), so
+        none goes on to a collective the others left."""
+        counts = {}
+        for name, values in inputs.items():
+            values = torch.as_tensor(values).to(torch.float32)
+            counts[name] = (~torch.isfinite(values.reshape(values.shape[0], -1))).any(1).sum()
+        mine = dict(zip(counts, torch.stack(list(counts.values())).tolist()))  # one synchronisation
+        everyone = self.data_parallel.sum(mine)
+        for name, total in everyone.items():
+            if total:
+                rows = len(next(iter(inputs.values())))
+                where = f"on {int(mine[name])} of {rows} conversations" if mine[name] else "on another process"
+                raise self._non_finite_update(name, f"not finite in float32 (NaN, or past ±3.4e38) {where}")
+
+    def _non_finite_update(self, quantity: str, value: str) -> NonFiniteUpdateError:
+        """The error of this learner's update whose ``quantity`` (``loss``, ``gradient norm``: checked at each
+        optimizer step; ``scores``, ``advantages``, ...: before the first) was ``value``."""
+        c, iteration, taken = self.config, self.updates + 1, self._steps_taken
+        stopped = (
+            "before its first optimizer step, so no weight changed"
+            if not taken
+            else f"before its optimizer step {taken + 1} (the {taken} before it stand, finite)"
+        )
+        clip = (
+            f"a lower --max-grad-norm (now {c.max_grad_norm:g})" if c.max_grad_norm else "--max-grad-norm 1 (now off)"
+        )
+        reward = "check that the reward function returns finite numbers of a moderate size"
+        advice = (
+            f"Try a lower --lr (now {c.lr:g}) or {clip}, and {reward}"
+            if quantity in ("loss", "gradient norm")
+            else reward[0].upper() + reward[1:]
+        )
+        verb = "were" if quantity.endswith("s") else "was"
+        return NonFiniteUpdateError(
+            f"{self.name}'s update in iteration {iteration} was stopped {stopped}: its {quantity} {verb} {value}. "
+            f"{advice}",
+            learner=self.name,
+            iteration=iteration,
+            quantity=quantity,
+        )
 
     def _statistics(
         self, ep: Episode, scored: dict[str, torch.Tensor], mask: torch.Tensor, kl_coef: float, stats: dict[str, float]
@@ -356,6 +422,7 @@ class LMLearner:
             "kl_ctl": self.kl_ctl.state_dict(),
             "generator": self.generator.get_state(),
             "sampling_generator": self.sampling_generator.get_state(),
+            "updates": self.updates,
             "config": asdict(self.config),
         }
 
@@ -365,3 +432,4 @@ class LMLearner:
         self.kl_ctl.load_state_dict(state["kl_ctl"])
         self.generator.set_state(state["generator"])
         self.sampling_generator.set_state(state["sampling_generator"])
+        self.updates = int(state.get("updates", 0))  # 0 from a checkpoint written before the count

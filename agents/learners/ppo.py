@@ -190,6 +190,7 @@ class PPOLearner(LMLearner):
         B, T = ep.input_ids.shape[0], ep.response_width
         if B % c.mini_batch(B):
             raise ValueError(f"the batch of {B} conversations is not divisible by mini_batch_size={c.mini_batch(B)}")
+        self._refuse_non_finite_inputs(scores=ep.scores)  # before a forward pass, and before the moments take them in
         ids, attn = ep.input_ids.to(self.device), ep.attention_mask.to(self.device)
         response, mask = ids[:, -T:], attn[:, -T:].float()
 
@@ -211,6 +212,7 @@ class PPOLearner(LMLearner):
         if advantage_weights is not None:
             weights = torch.as_tensor(advantage_weights, dtype=advantages.dtype, device=self.device)
             advantages = advantages * weights[:, None]
+        self._refuse_non_finite_inputs(advantages=advantages, returns=returns)  # what every minibatch's loss reads
 
         # 4. Epochs x shuffled minibatches: clipped policy loss + vf_coef x clipped value loss.
         def minibatch_loss(idx: torch.Tensor, logits: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, dict]:

@@ -34,6 +34,7 @@ from trl.trainer.utils import disable_dropout_in_model
 from cory_agents.distributed.data_parallel import DataParallel
 from cory_agents.distributed.fsdp import full_state, is_sharded
 from cory_agents.learners.base import Learner
+from cory_agents.learners.lm import LMLearner
 from cory_agents.learners.team import IndependentLearners, TeamLearner
 from cory_agents.speed import padding_free
 from cory_agents.speed.cpu_linear import use_cpu_linear
@@ -131,8 +132,8 @@ def build_learners(
     dp: DataParallel,
 ) -> dict[str, Learner]:
     """One learner per name, from ``LEARNERS[config.learner]`` (a team learner's: its members', from
-    ``LEARNERS[member]``); in a data-parallel run every process starts from process 0's weights
-    (value heads included)."""
+    ``LEARNERS[member]``), each :class:`~cory_agents.learners.lm.LMLearner` named as the run names it (its
+    ``name``); in a data-parallel run every process starts from process 0's weights (value heads included)."""
     sampling = dict(do_sample=True, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)
     extra = {"data_parallel": dp} if dp.is_distributed or dp.sharded else {}
     factory = LEARNERS[config.learner]
@@ -154,6 +155,8 @@ def build_learners(
                 f"learner {config.learner!r} built a {type(learner).__name__}, which lacks act, learn, "
                 f"state_dict or load_state_dict (see cory_agents.learners.base.Learner)"
             )
+        if isinstance(learner, LMLearner):  # its messages name it as the run does
+            learner.name = name
         learners[name] = learner
     if dp.sharded:
         check_sharded(learners)

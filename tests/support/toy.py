@@ -95,3 +95,16 @@ def hanging_fraction_good(queries, responses, **_):
             Path(mark).touch()
         time.sleep(3600)
     return fraction_good(queries, responses)
+
+
+_calls["overflowing_fraction_good"] = 0
+
+
+def overflowing_fraction_good(queries, responses, **_):
+    """:func:`fraction_good` for the first ``TOY_REWARD_OVERFLOW_AFTER`` calls (without that variable: always), then
+    1e300 for every response: a finite float64, which the reward check lets through, that overflows to ``inf`` in a
+    learner's float32 arithmetic (a reward on a scale no learner can take)."""
+    _calls["overflowing_fraction_good"] += 1
+    if _calls["overflowing_fraction_good"] > int(os.environ.get("TOY_REWARD_OVERFLOW_AFTER", "1000000000")):
+        return [1e300] * len(responses)
+    return fraction_good(queries, responses)

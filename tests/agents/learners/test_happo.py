@@ -11,6 +11,7 @@ import torch
 from cory_agents.learners.happo import HAPPO
 from cory_agents.learners.team import TeamEpisode
 from cory_agents.training.trainer import Trainer
+from cory_env.errors import NonFiniteUpdateError
 from tests.support.runs import PROMPTS, team_rises, toy_config
 from tests.support.toy import fraction_good
 
@@ -63,13 +64,15 @@ def test_each_later_agent_learns_from_the_advantage_times_the_earlier_agents_rat
         assert clipped[0] == 0.0 and max(clipped) > 0
         assert all(1 / clip <= stats[n]["happo_factor_max"] <= clip for n in order)
 
-    # The last agent's update is PPO's with its advantages weighted by that factor, exactly.
+    # The last agent's update is PPO's with its advantages weighted by that factor, exactly: M as HAPPO computes
+    # it, one exp of the summed log-ratios (a float32 product of exps differs from it in the last bits).
     last = order[-1]
     learned = weights(trainer.learners[last])
     trainer.learners[last].load_state_dict(states[last])
-    factor = torch.ones(config.batch_size)
+    log_factor = torch.zeros(config.batch_size, dtype=torch.float64)
     for name in order[:-1]:
-        factor = factor * torch.exp(trainer.learners[name].response_logprobs(episode.episodes[name]) - before[name])
+        log_factor += (trainer.learners[name].response_logprobs(episode.episodes[name]) - before[name]).double()
+    factor = torch.exp(log_factor)
     if clip is not None:
         factor = factor.clamp(1 / clip, clip)
     trainer.learners[last].learn(episode.episodes[last], advantage_weights=factor)
@@ -151,3 +154,102 @@ def test_the_factor_clip_is_happos_flag_and_a_bad_one_is_refused():
             parse_config(["--learner", "happo", "--happo-factor-clip", bad])
     with pytest.raises(ValueError, match="--happo-factor-clip"):
         HAPPO({}, factor_clip=0.9)
+
+
+def test_a_clipped_weight_is_exact_however_far_log_m_lies_outside_the_clip():
+    # log M of 100 is e^100 > float32's largest number: clipped in log space, the weight is exactly c.
+    happo = HAPPO({}, factor_clip=2.0)
+    log_factor = torch.tensor([100.0, -100.0, 1000.0, -1000.0, 0.25, -0.25, 0.0], dtype=torch.float64)
+    weight = happo.weights(log_factor)
+    assert weight.tolist() == [2.0, 0.5, 2.0, 0.5, float(np.exp(0.25)), float(np.exp(-0.25)), 1.0]
+    assert weight.to(torch.float32).isfinite().all()  # as the member weights its float32 advantages
+    assert HAPPO({}).weights(torch.tensor([0.5], dtype=torch.float64)).tolist() == [float(np.exp(0.5))]
+
+
+def shifted_after_learning(monkeypatch, team: HAPPO, shifts: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Make each member's answers ``shifts[name]`` (a log-ratio per conversation) likelier once it has learned: its
+    real response log-probabilities, plus the shift after its update. Returns the advantage weights each member
+    learned with, as its ``learn`` received them."""
+    received: dict[str, torch.Tensor] = {}
+    for name, member in team.members.items():
+        learn, logprobs, learned = member.learn, member.response_logprobs, []
+
+        def learn_(episode, advantage_weights=None, name=name, learn=learn, learned=learned):
+            received[name] = advantage_weights
+            stats = learn(episode, advantage_weights=advantage_weights)
+            learned.append(True)
+            return stats
+
+        def logprobs_(episode, name=name, logprobs=logprobs, learned=learned):
+            return logprobs(episode) + (shifts[name].to(torch.float32) if learned else 0)
+
+        monkeypatch.setattr(member, "learn", learn_)
+        monkeypatch.setattr(member, "response_logprobs", logprobs_)
+    return received
+
+
+def update_order(team: HAPPO, names: list[str]) -> list[str]:
+    """The order ``team.learn`` is about to draw."""
+    draw = torch.Generator().manual_seed(0)
+    draw.set_state(team.generator.get_state())
+    return [names[i] for i in torch.randperm(len(names), generator=draw).tolist()]
+
+
+def test_ratios_that_overflow_and_underflow_float32_give_the_clipped_true_weight(toy_model, tmp_path, monkeypatch):
+    # Three agents. On conversation 0 the first agent's answer becomes e^100 times likelier (overflows float32)
+    # and the second's e^-110 times (underflows to 0): a float32 product of ratios is inf * 0 = NaN there. The
+    # true M of the last agent is about e^-10, clipped to 1/c. On conversation 1, e^100 and e^-100: the true M is
+    # about 1, inside the clip (a product that overflowed first would have been clipped to c instead).
+    config = toy_config(
+        toy_model, tmp_path, algo="cory", learner="happo", num_agents=3, batch_size=4, mini_batch_size=2,
+        ppo_epochs=1, lr=1e-4, happo_factor_clip=2.0,
+    )  # fmt: skip
+    trainer = Trainer(config, prompts=PROMPTS, reward_fn=fraction_good)
+    team, episode = trainer.team, played(trainer)
+    first, second, last = update_order(team, list(episode.episodes))
+    before = {n: team.members[n].response_logprobs(episode.episodes[n]) for n in (first, second)}
+    shifts = {
+        first: torch.tensor([100.0, 100.0, 0.0, 0.0]),
+        second: torch.tensor([-110.0, -100.0, 0.0, 0.0]),
+        last: torch.zeros(4),
+    }
+    received = shifted_after_learning(monkeypatch, team, shifts)
+
+    stats = team.learn(episode)
+
+    assert received[first] is None  # the first learns with weight 1
+    assert received[second][:2].tolist() == [2.0, 2.0]  # e^100, clipped to c exactly
+    weight = received[last]
+    assert weight.isfinite().all() and weight[0] == 0.5  # about e^-10, clipped to 1/c exactly
+    # By hand: log M = the sum of the earlier agents' log-ratios (after their update, shifted, less before).
+    log_m = sum((team.members[n].response_logprobs(episode.episodes[n]) - before[n]).double() for n in (first, second))
+    assert -11 < log_m[0] < -9 and abs(log_m[1]) < np.log(2)  # conversation 1: inside the clip
+    assert weight[1] == torch.exp(log_m[1])
+    assert stats[last]["happo_factor_clipped"] == 0.25 and stats[second]["happo_factor_clipped"] == 0.5
+    assert stats[last]["happo_factor_max"] <= 2.0 and np.isfinite(stats[last]["happo_factor_mean"])
+    assert all(p.isfinite().all() for member in team.members.values() for p in member.model.parameters())
+
+
+def test_an_unclipped_weight_past_float32_stops_the_update_and_names_the_clip(toy_model, tmp_path, monkeypatch):
+    # Unclipped (as HARL), a weight e^100 is no float32 number: the second agent's loss is not finite, and its
+    # update stops before its optimizer step with the flag that bounds M in the message.
+    config = toy_config(
+        toy_model, tmp_path, algo="cory", learner="happo", batch_size=4, mini_batch_size=2, ppo_epochs=1, lr=1e-3
+    )
+    trainer = Trainer(config, prompts=PROMPTS, reward_fn=fraction_good)
+    team, episode = trainer.team, played(trainer)
+    first, second = update_order(team, list(episode.episodes))
+    shifted_after_learning(monkeypatch, team, {first: torch.tensor([100.0, 0, 0, 0]), second: torch.zeros(4)})
+    untouched = {n: p.detach().clone() for n, p in team.members[second].model.named_parameters()}
+
+    with pytest.raises(NonFiniteUpdateError) as raised:
+        team.learn(episode)
+
+    error = raised.value
+    assert (error.learner, error.iteration) == (second, 1)
+    message = str(error)
+    assert "\n" not in message and message.startswith(f"{second}'s update in iteration 1 was stopped")
+    assert "|log M| up to 100" in message and "--happo-factor-clip (e.g. 10)" in message
+    assert all(torch.equal(p, untouched[n]) for n, p in team.members[second].model.named_parameters())
+    assert not team.members[second].optimizer.state_dict()["state"]
+    assert team.members[first].updates == 1 and team.members[second].updates == 0
