@@ -8,7 +8,7 @@ TORCH_VERSION ?= 2.13.0
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup demo test lint format test-all test-numerics bench docs clean
+.PHONY: setup demo test lint format test-all test-ci-slow test-numerics bench docs clean
 
 setup: $(STAMP)
 
@@ -47,9 +47,13 @@ $(STAMP): pyproject.toml setup.py Makefile
 demo: setup
 	$(PY) examples/train_cory.py --algo ppo --iterations 60 --out runs/demo --overwrite
 
-# The formatting and the lint rules (pyproject.toml: [tool.ruff]) first: a second, then the tests.
+# The formatting and the lint rules (pyproject.toml: [tool.ruff]) first: a second, then the tests, in
+# TEST_WORKERS processes of one thread each (pytest-xdist; conftest.py): one per core of a 2-core machine.
+# TEST_WORKERS=0 runs them in this one process; docs/benchmarks.md ("The test suite") has the timings.
+TEST_WORKERS ?= 2
+XDIST = -n $(TEST_WORKERS) --dist worksteal
 test: setup lint
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" $(XDIST)
 
 lint: setup
 	$(PY) -m ruff format --check .
@@ -69,10 +73,16 @@ NUMERICS := tests/test_golden.py tests/agents/training/test_checkpoint.py tests/
 	tests/agents/speed/test_cpu_linear.py tests/agents/algorithms/test_ppo_math.py tests/agents/learners/test_grpo.py \
 	tests/agents/learners/test_happo.py tests/agents/learners/test_difference.py
 test-numerics: setup
-	$(PY) -m pytest -q -m "not slow" $(NUMERICS)
+	$(PY) -m pytest -q -m "not slow" $(XDIST) $(NUMERICS)
 
 test-all: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(XDIST)
+
+# The slow tests .ci/run runs after `make test` (the rest of `make test-all` is for a release): cory-env
+# beside the OpenAI Agents SDK in a fresh virtual environment, and the two-process non-finite updates.
+CI_SLOW := tests/test_packaging.py tests/agents/learners/test_nonfinite.py
+test-ci-slow: setup
+	$(PY) -m pytest -q -m slow $(CI_SLOW)
 
 bench: setup
 	$(PY) benchmarks/env_overhead.py

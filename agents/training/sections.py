@@ -9,11 +9,13 @@ generation, make up :class:`~cory_agents.training.config.TrainConfig`. A field's
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from cory_agents.learners.lm import flag
 from cory_agents.training.registry import LEARNERS
+from cory_env.errors import UsageError
 from cory_env.models import EMBEDDED_MODEL
 from cory_env.tasks import TASKS
 
@@ -188,3 +190,29 @@ class SpeedConfig:
         True,
         "PPO with one minibatch per epoch (--mini-batch-size = --batch-size): epoch 0's training forward pass doubles as the scoring pass of the old log-probs and values, one forward pass fewer per update (cory_agents.speed.scoring_reuse)",
     )
+
+
+#: The numbers a value of which the run would take and then fail on, deep inside (the optimizer, the
+#: sampler, peft) or train nothing with: (field, lowest value, whether the lowest is allowed, what it means).
+NUMBER_RANGES: tuple[tuple[str, float, bool, str], ...] = (
+    ("lr", 0.0, True, "the AdamW learning rate, e.g. 3e-5"),
+    ("weight_decay", 0.0, True, "AdamW's weight decay, 0: none"),
+    ("kl_coef", 0.0, True, "the KL penalty's coefficient, 0: no penalty; a negative one would reward drifting away"),
+    ("temperature", 0.0, False, "the sampling temperature, 1.0: the model's own distribution"),
+    ("top_k", 0, True, "0: off"),
+    ("samples_per_iteration", 0, True, "sample generations written per learner, 0: none"),
+    ("lora_r", 1, True, "the LoRA rank"),
+    ("lora_alpha", 0, False, "LoRA's scale: the adapters' output is multiplied by lora_alpha / lora_r"),
+)
+
+
+def check_numbers(config: Any) -> None:
+    """Each number of :data:`NUMBER_RANGES` (and ``--top-p``) finite and in its range, else a UsageError naming the
+    flag, the range and what the value means."""
+    for name, lowest, allowed, meaning in NUMBER_RANGES:
+        value = getattr(config, name)
+        if not math.isfinite(value) or value < lowest or (value == lowest and not allowed):
+            bound = f"{'at least' if allowed else 'above'} {lowest:g}"
+            raise UsageError(f"--{name.replace('_', '-')} must be a number {bound} ({meaning}), got {value}")
+    if not (math.isfinite(config.top_p) and 0 < config.top_p <= 1):
+        raise UsageError(f"--top-p must be above 0 and at most 1 (nucleus sampling, 1.0: off), got {config.top_p}")
