@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -72,24 +73,62 @@ def test_no_module_has_much_over_400_lines_of_code():
     assert max(sizes.values()) <= 420, sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
 
 
+#: Imports each module named on the command line in a fresh child of one interpreter (a fork after the
+#: third-party imports, which every module shares: one start-up instead of one a module), and prints which
+#: speed modules each import brought in, as JSON.
+SPEED_PROBE = """
+import importlib, json, os, sys
+import numpy, torch, transformers  # before the forks: what the children share
+found = {}
+for module in sys.argv[1:]:
+    read, write = os.pipe()
+    if os.fork() == 0:
+        try:
+            os.close(read)
+            importlib.import_module(module)
+            os.write(write, json.dumps(sorted(m for m in sys.modules if m.startswith("cory_agents.speed"))).encode())
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as child:
+        found[module] = json.loads(child.read() or '"the import failed"')
+    os.wait()
+print(json.dumps(found))
+"""
+
+
 def test_learners_actors_and_their_math_never_import_a_speed_mechanism():
     """A run switches speed mechanisms on (cory_agents.training.build, .registry): a padding-free model
     packs its own passes, so acting/ and learners/ call a model one plain way and read the same
-    without them. Checked through every import, not only the direct ones."""
+    without them. Checked through every import, not only the direct ones, each module imported alone."""
     import ast
+    import json
 
-    for folder in ("learners", "algorithms", "acting"):
-        for path in sorted((ROOT / "agents" / folder).glob("*.py")):
-            module = f"cory_agents.{folder}.{path.stem}".removesuffix(".__init__")
-            probe = f"import sys, {module}; print(sorted(m for m in sys.modules if m.startswith('cory_agents.speed')))"
-            result = subprocess.run(
-                [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300
-            )
-            assert result.returncode == 0, result.stderr[-2000:]
-            assert result.stdout.strip() == "[]", f"{module} imports {result.stdout.strip()}"
-            tree = ast.parse(path.read_text())
-            imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
-            assert not [m for m in imported if m.startswith("cory_agents.speed")], path.name
+    paths = [
+        p for folder in ("learners", "algorithms", "acting") for p in sorted((ROOT / "agents" / folder).glob("*.py"))
+    ]
+    modules = [f"cory_agents.{p.parent.name}.{p.stem}".removesuffix(".__init__") for p in paths]
+    modules.append("cory_agents.training.build")  # the control: it switches the mechanisms on, so it imports them
+    if hasattr(os, "fork"):
+        probes = [[sys.executable, "-c", SPEED_PROBE, *modules]]
+    else:  # no fork (Windows): one interpreter a module
+        probes = [[sys.executable, "-c", SPEED_PROBE, module] for module in modules]
+    found = {}
+    for probe in probes:
+        result = subprocess.run(probe, capture_output=True, text=True, cwd=ROOT, timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+        found |= json.loads(result.stdout)
+    assert sorted(found) == sorted(modules)
+    assert "cory_agents.speed.padding_free" in found.pop("cory_agents.training.build")  # the probe sees imports
+    for module, speed in found.items():
+        assert speed == [], f"{module} imports {speed}"
+    for path in paths:
+        tree = ast.parse(path.read_text())
+        imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+        assert not [m for m in imported if m.startswith("cory_agents.speed")], path.name
 
 
 def test_one_thing_is_named_learners():
