@@ -10,8 +10,8 @@ what                              recognised as cory-env's by
 ================================  ==============================================================
 an exported model folder          its manifest, ``cory-export.json`` (:data:`MANIFEST`), lists
 (``<out>/model/<learner>``,       every file the export wrote; a folder with a file the manifest
-``cory-export --out D``:          does not list (or with no manifest) is not replaced.
-``D/<learner>``)
+``cory-export --out D``:          does not list (or with no manifest) is not replaced, except an
+``D/<learner>``)                  export of cory-env 0.2: only files that ``save_pretrained`` names.
 a run folder (``cory-train        its ``config.json`` holds a run's settings, or it holds a checkpoint
                                   (:func:`is_run_folder`);
 --out``)                          a run then replaces only the files it writes by name
@@ -44,6 +44,12 @@ MANIFEST = "cory-export.json"
 RUN_FILES = ("config.json", METRICS_FILE, SAMPLES_FILE, *(filename for _, filename in RUN_PLOTS.values()))
 #: A run's settings that every config.json a run writes holds (how a run folder is recognised).
 RUN_KEYS = ("algo", "learner", "iterations", "kl_coef", "checkpoint_every")
+#: The files of an export written before the manifest (cory-env 0.2): what ``save_pretrained`` writes.
+LEGACY_EXPORT_FILE = re.compile(
+    r"^(config|generation_config|tokenizer|tokenizer_config|special_tokens_map|added_tokens|adapter_config)\.json$"
+    r"|^(model|adapter_model)(-\d{5}-of-\d{5})?\.safetensors$|^model\.safetensors\.index\.json$"
+    r"|^(vocab\.json|merges\.txt|chat_template\.jinja|tokenizer\.model)$"
+)
 #: Checkpoint files, and the leftovers of their writes (cory_agents.training.checkpoint).
 CHECKPOINT_FILE = re.compile(r"^(iter_\d{6}\.(safetensors|pt)(\.damaged)?|\.tmp-.*\.safetensors)$")
 
@@ -71,10 +77,21 @@ def check_replaceable(folder: Path, fix: str) -> None:
     try:
         listed = set(json.loads((folder / MANIFEST).read_text())["files"]) | {MANIFEST}
     except (OSError, ValueError, KeyError, TypeError):
+        if _is_legacy_export(folder):
+            return
         raise refuse(folder, f"exists and has no {MANIFEST} (cory-env did not export it)", fix) from None
     for path in sorted(folder.rglob("*")):
         if not path.is_dir() and path.relative_to(folder).as_posix() not in listed:
             raise refuse(path, "was not written by cory-env's export", fix)
+
+
+def _is_legacy_export(folder: Path) -> bool:
+    """An export of cory-env 0.2, written before the manifest: files only, each of a name that a model's
+    and a tokenizer's ``save_pretrained`` write (a folder holding anything else is not taken for one)."""
+    entries = list(folder.iterdir())
+    return bool(entries) and all(
+        p.is_file() and not p.is_symlink() and LEGACY_EXPORT_FILE.match(p.name) for p in entries
+    )
 
 
 def is_run_folder(out: Path) -> bool:

@@ -63,7 +63,20 @@ def test_an_export_writes_beside_a_users_files_and_replaces_only_its_own(policy,
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "llm_0").config.vocab_size == model.config.vocab_size
 
 
-@pytest.mark.parametrize("planted", ["llm_0/notes.txt", "llm_0/model.safetensors"])
+def test_an_export_of_cory_env_0_2_without_a_manifest_is_replaced(policy, tmp_path):
+    model, tokenizer = policy
+    save_policies({"llm_0": model}, {"llm_0": tokenizer}, tmp_path)
+    (tmp_path / "llm_0" / MANIFEST).unlink()  # what 0.2 wrote: save_pretrained's files alone
+    save_policies({"llm_0": model}, {"llm_0": tokenizer}, tmp_path)
+    assert (tmp_path / "llm_0" / MANIFEST).exists()
+    (tmp_path / "llm_0" / MANIFEST).unlink()
+    plant(tmp_path / "llm_0" / "notes.txt")  # and a file of the user's beside them: refused
+    with pytest.raises(NotOursError, match="no cory-export.json"):
+        save_policies({"llm_0": model}, {"llm_0": tokenizer}, tmp_path)
+    assert (tmp_path / "llm_0" / "notes.txt").read_text() == THESIS
+
+
+@pytest.mark.parametrize("planted", ["llm_0/notes.txt", "llm_0/thesis.safetensors"])
 def test_an_export_refuses_a_learner_folder_it_did_not_write_whole(policy, tmp_path, planted):
     model, tokenizer = policy
     if planted == "llm_0/notes.txt":  # an earlier export, with a file of the user's put inside it
