@@ -13,6 +13,18 @@ from cory_env.errors import NonFiniteUpdateError
 from tests.support.two_processes import join_two_processes
 
 
+def attempted_step(steps, model: torch.nn.Module, before: dict[str, torch.Tensor]) -> dict:
+    """What an optimizer step of ``steps`` did: the error's quantity and message (None: it stepped), and
+    whether every parameter of ``model`` is still as in ``before``."""
+    try:
+        steps.step()
+        seen = {"quantity": None, "message": None}
+    except NonFiniteUpdateError as error:
+        seen = {"quantity": error.quantity, "message": str(error)}
+    seen["unchanged"] = all(torch.equal(p, before[n]) for n, p in model.named_parameters())
+    return seen
+
+
 def nonfinite_worker(rank: int, port: int, results: str) -> None:
     """Process 0 backpropagates a NaN loss whose gradients are finite, process 1 a finite one; then both a
     finite one. Writes what each saw, for the kernel that clips in AdamW's fused step and for clip_grad_norm_."""
@@ -31,12 +43,7 @@ def nonfinite_worker(rank: int, port: int, results: str) -> None:
         if rank == 0:
             loss = loss + torch.tensor(float("nan"))  # a NaN term that no gradient flows through
         steps.backward(loss)
-        try:
-            steps.step()
-            seen = {"quantity": None, "message": None}
-        except NonFiniteUpdateError as error:
-            seen = {"quantity": error.quantity, "message": str(error)}
-        seen["unchanged"] = all(torch.equal(p, before[n]) for n, p in model.named_parameters())
+        seen = attempted_step(steps, model, before)
         seen["no_optimizer_state"] = not optimizer.state_dict()["state"]
         steps.backward(model(x).sum())
         steps.step()
@@ -68,13 +75,7 @@ def zero_nonfinite_worker(rank: int, port: int, results: str, pythonpath: str) -
         ("overflowing_gradients", lambda: (model(x) - model(x).detach()).sum() * 1e38),
     ]:
         steps.backward(loss())
-        try:
-            steps.step()
-            seen = {"quantity": None, "message": None}
-        except NonFiniteUpdateError as error:
-            seen = {"quantity": error.quantity, "message": str(error)}
-        seen["unchanged"] = all(torch.equal(p, before[n]) for n, p in model.named_parameters())
-        out[case] = seen
+        out[case] = attempted_step(steps, model, before)
     steps.backward(model(x).sum())
     steps.step()
     out["then_stepped"] = all(not torch.equal(p, before[n]) for n, p in model.named_parameters())
