@@ -79,10 +79,11 @@ test-all: setup
 	$(PY) -m pytest -q $(XDIST)
 
 # The slow tests .ci/run runs after `make test` (the rest of `make test-all` is for a release): cory-env
-# beside the OpenAI Agents SDK in a fresh virtual environment, and the two-process non-finite updates.
-CI_SLOW := tests/test_packaging.py tests/agents/learners/test_nonfinite.py
+# beside the OpenAI Agents SDK in a fresh virtual environment, and the reproduction and frontier studies
+# on the toy model (moved out of `make test` for its 10 minutes).
+CI_SLOW := tests/test_packaging.py tests/benchmarks/test_reproduce.py tests/benchmarks/test_frontier.py
 test-ci-slow: setup
-	$(PY) -m pytest -q -m slow $(CI_SLOW)
+	$(PY) -m pytest -q -m slow $(XDIST) $(CI_SLOW)
 
 bench: setup
 	$(PY) benchmarks/env_overhead.py

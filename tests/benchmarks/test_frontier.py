@@ -233,6 +233,7 @@ def test_the_reproduction_studys_own_verdicts_from_its_tracked_runs():
 # ------------------------------------------------------------------------- the real pipeline, toy scale
 
 
+@pytest.mark.slow  # the toy study's runs (make test-ci-slow)
 def test_runs_are_trained_evaluated_alone_archived_and_skipped(tmp_path, toy_model, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the runs import tests.support.toy
     model = toy_model

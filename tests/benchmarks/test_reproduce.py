@@ -84,6 +84,7 @@ def study(tmp_path_factory, toy_model):
     mp.undo()
 
 
+@pytest.mark.slow  # the toy study's runs (make test-ci-slow)
 def test_every_run_is_trained_and_resumed_not_restarted(study):
     root, _, out = study
     for config in CONFIGS:
@@ -104,12 +105,14 @@ def test_every_run_is_trained_and_resumed_not_restarted(study):
     assert out["whole"].count(": starting") == len(CONFIGS) * len(SEEDS) - 1
 
 
+@pytest.mark.slow  # the toy study's runs (make test-ci-slow)
 def test_a_second_invocation_does_not_retrain(study):
     root, _, out = study
     assert metrics_mtimes(root) == out["mtimes"] and len(out["mtimes"]) == len(CONFIGS) * len(SEEDS)
     assert out["again"].count("finished, skipped") == len(CONFIGS) * len(SEEDS)
 
 
+@pytest.mark.slow  # the toy study's runs (make test-ci-slow)
 def test_report_of_the_whole_study(study):
     root, reports, _ = study
     report = reports / "whole"
@@ -137,6 +140,7 @@ def test_report_of_the_whole_study(study):
     assert row[3].startswith(f"{sum(finals) / 2:.3f} ± ")  # configuration, seeds, task reward, KL
 
 
+@pytest.mark.slow  # the toy study's runs (make test-ci-slow)
 def test_report_only_on_an_incomplete_study_says_so(study):
     _, reports, out = study
     md = (reports / "incomplete" / "results.md").read_text()

@@ -52,6 +52,7 @@ def nonfinite_worker(rank: int, port: int, results: str) -> None:
         seen["in_sync"] = True
         out["fused" if fused else "clip_grad_norm_"] = seen
     Path(results, f"{rank}.json").write_text(json.dumps(out))
+    torch.distributed.barrier()  # both done before process 0, which holds the store, tears the group down
     torch.distributed.destroy_process_group()
 
 
@@ -82,4 +83,5 @@ def zero_nonfinite_worker(rank: int, port: int, results: str, pythonpath: str) -
     dp.check_in_sync({"linear": fingerprint(dict(model.named_parameters()))})
     out["in_sync"] = True
     Path(results, f"{rank}.json").write_text(json.dumps(out))
+    torch.distributed.barrier()  # both done before process 0, which holds the store, tears the group down
     torch.distributed.destroy_process_group()
