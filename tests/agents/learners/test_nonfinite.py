@@ -118,6 +118,9 @@ def test_an_infinite_gradient_norm_with_a_finite_loss_stops_the_update(toy_model
     assert learner.updates == 1 and not torch.equal(learner.model.v_head.weight, before["weights"]["v_head.weight"])
 
 
+# Known defect, not yet understood: process 0 sometimes aborts after its work ("terminate called without an
+# active exception"; 3 of about 21 runs on 2026-12-05, a barrier before destroying the group did not help), so
+# this test stays out of CI's slow tests (Makefile: CI_SLOW) until that is found.
 @pytest.mark.slow  # two spawned processes (make test-all)
 def test_two_processes_take_the_same_decision(tmp_path):
     # Process 0's loss is NaN while its gradients are finite (a NaN term without a gradient); process 1's is
