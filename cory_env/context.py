@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 
 from cory_env.errors import UsageError
-from cory_env.templates import Template, render
 
 
 class PromptTooLongError(UsageError):
@@ -100,10 +99,37 @@ class Turn:
         L = self.context_length
         return [self.tokens[b, L : L + n].tolist() for b, n in enumerate(self.response_length)]
 
+    def columns(self) -> tuple[np.ndarray, np.ndarray]:
+        """The turn's prompt and response as played: ``(input_ids, attention_mask)``, ``(B, P + t)``
+        copies (``P`` the longest prompt; prompts left-padded, responses right-padded)."""
+        L = self.context_length
+        cols = slice(L - self.prompt_width, L + self.t)
+        return self.tokens[:, cols].copy(), self.mask[:, cols].copy()
+
     def masked_window(self) -> np.ndarray:
         """The observed token ids, ``-1`` where the observation's attention mask is 0 (:meth:`state`'s row)."""
         ids, mask = self.window()
         return np.where(mask == 1, ids, -1)
+
+
+@dataclass
+class PlayedTurn:
+    """One finished turn of an agent, as a learner takes it (:meth:`PioneerObserverEnv.played_turns`).
+
+    ``input_ids``/``attention_mask`` ``(B, P + T)``: the prompt, left-padded, then the response of
+    ``T`` columns, right-padded (the layout of :class:`~cory_agents.learners.base.Episode`).
+    ``reward`` is what the agent received for this turn: its score at the turn's end with
+    ``turn_rewards``, otherwise 0 but at its last turn, which carries the episode's reward.
+    """
+
+    round: int  # 0-based
+    position: int  # the chain position that played it
+    input_ids: np.ndarray
+    attention_mask: np.ndarray
+    response_width: int  # T
+    response_length: np.ndarray  # (B,)
+    task_reward: np.ndarray  # (B,) the turn's own score
+    reward: np.ndarray  # (B,) received for this turn
 
 
 def empty_context(pad_token_id: int, num_conversations: int, context_length: int) -> tuple[np.ndarray, np.ndarray]:
@@ -127,7 +153,8 @@ def tokenize_fitting(
             raise PromptTooLongError(
                 f"the {role}'s prompt has {len(row)} tokens{extra}, but context_length={context_length} "
                 f"leaves room for {room + reserved} with max_new_tokens={max_new_tokens}: {text[:120]!r}. "
-                f"Raise context_length (at most the model's window), lower max_new_tokens, or use shorter prompts."
+                f"Raise context_length (to {len(row) + reserved + max_new_tokens} for this prompt; at most the "
+                f"model's window), lower max_new_tokens, or use shorter prompts."
             )
         if len(row) == 0:
             raise ValueError(f"the {role}'s prompt is empty after tokenization: {text!r}")
@@ -142,12 +169,14 @@ def check_prompts_fit(
     extra: int,
     context_length: int,
     max_new_tokens: int,
+    needed: int = 0,
 ) -> None:
     """Check at once that every one of ``role``'s prompts (``texts``, rendered from ``queries``),
     plus ``extra`` tokens, fits ``context_length`` in each of ``tokenizers``; the error names how
-    many do not, the longest, and the ``context_length`` that would hold them all."""
+    many do not, the longest, and the ``context_length`` that would hold them all (at least
+    ``needed``: what the other turns of a chain need)."""
     for tokenizer in tokenizers:
-        lengths = np.array([len(row) for row in tokenizer(texts)["input_ids"]]) + extra
+        lengths = prompt_lengths(tokenizer, texts, extra)
         over = np.flatnonzero(lengths > context_length)
         if over.size:
             worst = int(over[np.argmax(lengths[over])])
@@ -155,29 +184,37 @@ def check_prompts_fit(
                 f"{over.size} of {len(texts)} prompts do not fit context_length={context_length} as the {role}'s "
                 f"prompt with {extra} tokens of responses (max_new_tokens up to {max_new_tokens}); the longest needs "
                 f"{int(lengths[worst])}, for the query {queries[worst][:120]!r}. Raise context_length to "
-                f"{int(lengths.max())} (at most the model's window), lower max_new_tokens, or drop the longest prompts."
+                f"{max(int(lengths.max()), needed)} (at most the model's window), lower max_new_tokens, or drop the "
+                f"longest prompts."
             )
 
 
+def prompt_lengths(tokenizer: Any, texts: Sequence[str], extra: int) -> np.ndarray:
+    """Each prompt's length in ``tokenizer``'s tokens, plus ``extra``."""
+    return np.array([len(row) for row in tokenizer(list(texts))["input_ids"]]) + extra
+
+
 def check_chain_prompts_fit(
-    positions: Iterable[tuple[str, Template, int]],
+    turns: Iterable[tuple[str, Sequence[str], int]],
     queries: list[str],
     tokenizers: Sequence[Any],
     context_length: int,
     max_new_tokens: int,
 ) -> None:
-    """:func:`check_prompts_fit` for every position of a chain, given as ``(role, template, answer
-    slots)``: each prompt with the longest response and, in each slot, an earlier answer as long.
-    Positions whose prompts are the same (a default chain's later agents) are checked once, as the
-    one of them that needs the most room."""
+    """:func:`check_prompts_fit` for every turn of a chain, given as ``(role, prompts, answer slots)``
+    (the prompts rendered with empty answers): each prompt with the longest response and, in each
+    slot, an earlier answer as long. Turns whose prompts are the same (a default chain's later
+    agents) are checked once, as the one of them that needs the most room."""
     needs: dict[tuple[str, ...], tuple[int, str]] = {}
-    for k, (role, template, slots) in enumerate(positions):
-        texts = tuple(render(template, q, responses=[""] * k) for q in queries)
+    for role, texts, slots in turns:
+        texts = tuple(texts)
         extra = max_new_tokens * (1 + slots)
         if extra > needs.get(texts, (-1, ""))[0]:
             needs[texts] = (extra, role)
+    # The length every turn fits in, so that the error names one that holds them all.
+    needed = max(int(prompt_lengths(t, texts, extra).max()) for texts, (extra, _) in needs.items() for t in tokenizers)
     for texts, (extra, role) in needs.items():
-        check_prompts_fit(tokenizers, role, list(texts), queries, extra, context_length, max_new_tokens)
+        check_prompts_fit(tokenizers, role, list(texts), queries, extra, context_length, max_new_tokens, needed)
 
 
 def new_token_range(max_new_tokens: int | tuple[int, int]) -> tuple[int, int]:

@@ -178,6 +178,7 @@ from pettingzoo import AECEnv, ParallelEnv
 from pettingzoo.utils import AgentSelector
 
 from cory_env.context import (
+    PlayedTurn,
     PromptTooLongError,  # noqa: F401 (raised by reset and check_prompts; exported from here)
     Turn,
     check_chain_prompts_fit,
@@ -187,8 +188,17 @@ from cory_env.context import (
     tokenize_fitting,
 )
 from cory_env.parallel import to_parallel
-from cory_env.prompts import Prompt, PromptList, PromptSource, as_prompt_source, metadata_lists
-from cory_env.rewards.base import RewardFunction, score_responses
+from cory_env.prompts import (
+    Prompt,
+    PromptList,
+    PromptSource,
+    as_prompt_source,
+    check_rows_have_fields,
+    metadata_lists,
+    row_fields,
+    row_values,
+)
+from cory_env.rewards.base import RewardFunction, score_responses, takes_turn
 from cory_env.spaces import agent_spaces, as_token_ids, state_space
 from cory_env.speakers import Speaker, check_seating, make_speakers
 from cory_env.templates import (  # noqa: F401 (OBSERVER, ROLES: the chain's names, exported from here)
@@ -200,9 +210,13 @@ from cory_env.templates import (  # noqa: F401 (OBSERVER, ROLES: the chain's nam
     Template,
     chain_roles,
     chain_templates,
+    check_private_fields,
+    check_rounds,
     given_answers,
-    render,
+    named_row_fields,
+    render_turn,
     response_slots,
+    rounds_text,
     transcript_text,
 )
 from cory_env.wrappers.order_enforcing import OrderEnforcingWrapper
@@ -254,6 +268,11 @@ class PioneerObserverEnv(AECEnv):
         vocab_size: int | Sequence[int] | None = None,
         numeric_infos: bool = False,
         render_mode: str | None = None,
+        rounds: int = 1,
+        later_templates: Sequence[Template] | None = None,
+        prompt_fields: Sequence[str] | None = None,
+        private_fields: Mapping[str, Sequence[int]] | None = None,
+        turn_rewards: bool = False,
     ):
         super().__init__()
         if num_agents is None:
@@ -285,6 +304,9 @@ class PioneerObserverEnv(AECEnv):
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
         if not isinstance(numeric_infos, bool):
             raise TypeError(f"numeric_infos must be True or False, got {numeric_infos!r}")
+        if not isinstance(turn_rewards, bool):
+            raise TypeError(f"turn_rewards must be True or False, got {turn_rewards!r}")
+        self.rounds = check_rounds(rounds)
 
         self.prompt_source = as_prompt_source(prompts)
         self.reward_fn = reward_fn
@@ -292,9 +314,33 @@ class PioneerObserverEnv(AECEnv):
         self.num_conversations = num_conversations or 1
         self.max_new_tokens_range = new_token_range(max_new_tokens)
         self.context_length = int(context_length)
-        self.templates = chain_templates(roles, templates, pioneer_template, observer_template, knowledge_transfer)
-        # Room each position's prompt keeps for the earlier answers it names, in units of max_new_tokens.
-        self._answer_slots = [response_slots(t, k) if knowledge_transfer else 0 for k, t in enumerate(self.templates)]
+        self.private_fields = check_private_fields(private_fields, roles)
+        self.prompt_fields = row_fields(self.prompt_source, prompt_fields, self.private_fields)
+        #: The template of every turn, ``[round][position]``; ``templates`` is the first round's.
+        self.round_templates = chain_templates(
+            roles,
+            templates,
+            pioneer_template,
+            observer_template,
+            knowledge_transfer,
+            rounds=self.rounds,
+            later_templates=later_templates,
+            prompt_fields=self.prompt_fields,
+            private_fields=self.private_fields,
+        )
+        self.templates = self.round_templates[0]
+        N = len(roles)
+        # Room each turn's prompt keeps for the earlier answers it names, in units of max_new_tokens.
+        self._turn_slots = [
+            [response_slots(t, k, r * N + k) if knowledge_transfer else 0 for k, t in enumerate(row)]
+            for r, row in enumerate(self.round_templates)
+        ]
+        self._answer_slots = self._turn_slots[0]
+        # The prompt-row fields each turn's template names: a row without one is refused.
+        self._named_fields = [[named_row_fields(t, self.prompt_fields) for t in row] for row in self.round_templates]
+        check_rows_have_fields(self.prompt_source, self._named_fields)
+        self.turn_rewards = turn_rewards
+        self._reward_takes_turn = takes_turn(reward_fn)
         self.pioneer_template = self.templates[0]
         self.observer_template = self.templates[1] if len(roles) > 1 else observer_template
         self.knowledge_transfer = knowledge_transfer
@@ -356,7 +402,7 @@ class PioneerObserverEnv(AECEnv):
         permutation; :class:`~cory_env.RoleExchangeWrapper` rotates a team of different models so).
         ``options={"answers": [...]}`` replays the last episode (module docstring: "Replays")."""
         given = given_answers(
-            (options or {}).get("answers"), self.possible_agents, self.num_conversations, self.batched
+            (options or {}).get("answers"), self.possible_agents, self.num_conversations, self.batched, self.rounds
         )
         if given and not hasattr(self, "queries"):
             raise RuntimeError("reset(options={'answers': ...}) replays the last episode's queries: play one first")
@@ -365,8 +411,9 @@ class PioneerObserverEnv(AECEnv):
             self._slot = dict(zip(self.possible_agents, seating))  # one lookup per token step
         if seed is not None or not hasattr(self, "np_random"):
             self.np_random, self.np_random_seed = seeding.np_random(seed)
-        B = self.num_conversations
-        self.agents = list(self.possible_agents[len(given) :])
+        B, N = self.num_conversations, len(self.possible_agents)
+        # The agents with a turn still to play (in a replay of one round: the positions after the given ones).
+        self.agents = [a for p, a in enumerate(self.possible_agents) if (self.rounds - 1) * N + p >= len(given)]
         self.rewards = {a: 0.0 for a in self.agents}
         self._cumulative_rewards = {a: 0.0 for a in self.agents}
         self.terminations = {a: False for a in self.agents}
@@ -386,20 +433,45 @@ class PioneerObserverEnv(AECEnv):
             self.queries = [p.query for p in self.prompts]
             self._metadata = metadata_lists(self.prompts)  # reward-function keyword lists, once per episode
         self.task_rewards: dict[str, np.ndarray] = {}
-        self.responses: dict[str, list[str]] = dict(zip(self.possible_agents, given))
+        self.responses: dict[str, list[str]] = {}
+        #: The turns played so far, in order: ``(position, round, answers)`` (0-based; answers per conversation).
+        self.history: list[tuple[int, int, list[str]]] = []
+        for i, answers in enumerate(given):
+            self.responses[self.possible_agents[i % N]] = answers
+            self.history.append((i % N, i // N, answers))
         self._turns: dict[str, Turn] = {}
+        self._played: dict[str, list[PlayedTurn]] = {a: [] for a in self.agents}
+        self._turn_ended: str | None = None
+        self.round = len(given) // N
         self.episode_over = False
 
-        texts = [
-            render(self.templates[len(given)], q, responses=[a[b] for a in given]) for b, q in enumerate(self.queries)
-        ]
-        self._start_turn(self.agents[0], texts)
-        # A later agent's prompt grows with the earlier answers: check the worst case now
+        position = len(given) % N
+        self._start_turn(self.possible_agents[position], self._turn_texts(position, self.round))
+        self.agent_selection = self.possible_agents[position]
+        # A later turn's prompt grows with the earlier answers: check the worst case now
         # rather than fail in the middle of the episode.
         L, T = self.context_length, self.max_new_tokens
-        for k, role in enumerate(self.possible_agents[1:], start=1):
-            texts = [render(self.templates[k], q, responses=[""] * k) for q in self.queries]
-            tokenize_fitting(self.speaker(role).tokenizer, texts, role, L, T, T * self._answer_slots[k])
+        for turn in range(1, N * self.rounds):
+            k, r = turn % N, turn // N
+            texts = self._turn_texts(k, r, blank=turn)
+            role = self.possible_agents[k] if self.rounds == 1 else f"{self.possible_agents[k]} (round {r + 1})"
+            tokenize_fitting(
+                self.speaker(self.possible_agents[k]).tokenizer, texts, role, L, T, T * self._turn_slots[r][k]
+            )
+
+    def _turn_texts(self, position: int, round: int, blank: int | None = None) -> list[str]:
+        """The prompts of ``position``'s turn in ``round``, one per conversation, from the turns played
+        so far (or, with ``blank``, as if that many turns had been played with empty answers)."""
+        template, named = self.round_templates[round][position], self._named_fields[round][position]
+        N = len(self.possible_agents)
+        texts = []
+        for b, (q, prompt) in enumerate(zip(self.queries, self.prompts)):
+            if blank is None:
+                history = [(k, r, answers[b]) for k, r, answers in self.history]
+            else:
+                history = [(i % N, i // N, "") for i in range(blank)]
+            texts.append(render_turn(template, q, history, round, row_values(prompt, named, b)))
+        return texts
 
     def check_prompts(self, prompts: Sequence[Prompt | str] | None = None) -> None:
         """Check that every prompt fits the context with the longest responses (``max_new_tokens``'
@@ -414,10 +486,19 @@ class PioneerObserverEnv(AECEnv):
             if not isinstance(self.prompt_source, PromptList):
                 return
             prompts = self.prompt_source.prompts
-        queries = [p.query if isinstance(p, Prompt) else str(p) for p in prompts]
+        rows = [p if isinstance(p, Prompt) else Prompt(str(p)) for p in prompts]
+        queries = [p.query for p in rows]
         tokenizers = list({id(s.tokenizer): s.tokenizer for s in self._speakers}.values())  # any may sit anywhere
-        positions = zip(self.possible_agents, self.templates, self._answer_slots)
-        check_chain_prompts_fit(positions, queries, tokenizers, self.context_length, self.max_new_tokens_range[1])
+        N = len(self.possible_agents)
+        turns = []
+        for turn in range(N * self.rounds):
+            k, r = turn % N, turn // N
+            template, named = self.round_templates[r][k], self._named_fields[r][k]
+            blank = [(i % N, i // N, "") for i in range(turn)]
+            texts = [render_turn(template, p.query, blank, r, row_values(p, named, b)) for b, p in enumerate(rows)]
+            role = self.possible_agents[k] if self.rounds == 1 else f"{self.possible_agents[k]} (round {r + 1})"
+            turns.append((role, texts, self._turn_slots[r][k]))
+        check_chain_prompts_fit(turns, queries, tokenizers, self.context_length, self.max_new_tokens_range[1])
 
     def _start_turn(self, role: str, texts: list[str]) -> None:
         """Tokenize the role's prompts and lay them out for its turn (:class:`~cory_env.context.Turn`)."""
@@ -460,6 +541,7 @@ class PioneerObserverEnv(AECEnv):
         if not self.agents:
             raise RuntimeError("the episode is over: call reset() before step()")
         agent = self.agent_selection
+        self._turn_ended = None
         if self.terminations[agent] or self.truncations[agent]:
             if action is not None:
                 raise ValueError(
@@ -472,18 +554,28 @@ class PioneerObserverEnv(AECEnv):
         speaker = self.speaker(agent)
         tokens = as_token_ids(action, agent, self.num_conversations if self.batched else None, speaker.vocab_size)
         self._cumulative_rewards[agent] = 0.0
+        if self.turn_rewards:  # this step's rewards: a turn's score when it ends
+            self.rewards = {a: 0.0 for a in self.agents}
         if self._turns[agent].append(tokens, speaker.stop_token_ids, self.max_new_tokens):
             self._end_turn(agent)  # at the episode's end this delivers the rewards
         if self.render_mode == "human" and self.episode_over:
             self.render()
 
     def _end_turn(self, agent: str) -> None:
-        turn = self._turns[agent]
+        turn, position, round = self._turns[agent], self.possible_agents.index(agent), self.round
         n = turn.response_length
         responses = self.speaker(agent).tokenizer.batch_decode(turn.response_ids(), skip_special_tokens=True)
-        scores = score_responses(self.reward_fn, self.queries, responses, self._metadata)
+        metadata = self._metadata
+        if self._reward_takes_turn:  # a reward that scores every turn is told which one
+            metadata = {**metadata, "round": round, "position": position}
+        scores = score_responses(self.reward_fn, self.queries, responses, metadata)
         self.responses[agent] = responses
         self.task_rewards[agent] = scores
+        self.history.append((position, round, responses))
+        ids, mask = turn.columns()
+        self._played[agent].append(
+            PlayedTurn(round, position, ids, mask, turn.t, n.copy(), scores, np.zeros(self.num_conversations))
+        )
         ended = dict(
             query=self._unbatch(list(self.queries)),
             context=self._unbatch(turn.prompt_texts),
@@ -491,6 +583,11 @@ class PioneerObserverEnv(AECEnv):
             response_length=self._unbatch(n.copy()),
             task_reward=self._unbatch(scores),
         )
+        if self.rounds > 1:
+            ended["round"] = round
+            self._transcript[agent].setdefault("turns", []).append(
+                dict(ended, reward=self._unbatch(np.zeros_like(scores)))
+            )
         self._transcript[agent].update(ended)
         if self.numeric_infos:
             self.infos[agent].update(
@@ -498,20 +595,66 @@ class PioneerObserverEnv(AECEnv):
             )
         else:
             self.infos[agent].update(ended)
-        k = self.possible_agents.index(agent) + 1
-        if k < len(self.possible_agents):  # the next agent answers with the earlier answers in its prompt
-            earlier = [self.responses[r] for r in self.possible_agents[:k]]
-            texts = [
-                render(self.templates[k], q, responses=[r[b] for r in earlier]) for b, q in enumerate(self.queries)
-            ]
-            self._start_turn(self.possible_agents[k], texts)
+        self._turn_ended = agent
+        if self.turn_rewards:
+            self.deliver_turn_rewards({agent: scores})
+        N = len(self.possible_agents)
+        following = round * N + position + 1
+        if following < N * self.rounds:  # the next turn, with the earlier answers in its prompt
+            k, self.round = following % N, following // N
+            self._start_turn(self.possible_agents[k], self._turn_texts(k, self.round))
             self.agent_selection = self.possible_agents[k]
         else:
             self.episode_over = True
             self._last_transcript = self._transcript  # deliver_rewards adds the rewards to it
-            self.deliver_rewards(self.task_rewards)
+            if not self.turn_rewards:
+                self.deliver_rewards(self.episode_task_rewards())
             self.terminations = {a: True for a in self.agents}
             self.agent_selection = self._agent_selector.reset()  # dead steps, pioneer first
+
+    def episode_task_rewards(self) -> dict[str, np.ndarray]:
+        """Each agent's task rewards of this episode, per conversation: its turns' scores summed
+        (in one round, its only turn's)."""
+        if self.rounds == 1:
+            return dict(self.task_rewards)
+        return {a: np.sum([t.task_reward for t in turns], axis=0) for a, turns in self._played.items() if turns}
+
+    @property
+    def turn_ended(self) -> str | None:
+        """The agent whose turn the last step ended (``None`` if it ended none): reward wrappers
+        deliver turn rewards right after that step."""
+        return self._turn_ended
+
+    def played_turns(self, agent: str) -> list[PlayedTurn]:
+        """``agent``'s (a role's) finished turns of this episode, in order, with the reward each
+        received (:class:`~cory_env.context.PlayedTurn`): what a learner takes from an episode of
+        several rounds."""
+        return list(self._played.get(agent, []))
+
+    def deliver_turn_rewards(self, rewards: Mapping[str, np.ndarray]) -> None:
+        """Set what agents receive at the end of the turn just played (per conversation), each
+        for its latest finished turn, replacing what this step gave them (with ``turn_rewards``:
+        the acting agent's own score). Reward wrappers call it after the step that ended a turn
+        (:class:`~cory_env.CollectiveRewardWrapper`: every agent the round's sum, at its end)."""
+        if not self.turn_rewards:
+            raise RuntimeError("rewards are delivered per turn only with turn_rewards=True; use deliver_rewards")
+        if self._turn_ended is None:
+            raise RuntimeError(
+                "no turn ended in the last step: deliver turn rewards right after the step that ends one"
+            )
+        for agent, values in rewards.items():
+            if agent not in self.agents or not self._played.get(agent):
+                raise RuntimeError(f"{agent!r} has no finished turn in this episode to credit a reward to")
+            values = np.asarray(values, dtype=np.float64).reshape(self.num_conversations)
+            mean = float(values.mean())
+            self._cumulative_rewards[agent] += mean - self.rewards.get(agent, 0.0)
+            self.rewards[agent] = mean
+            self._played[agent][-1].reward = values
+            self.infos[agent]["reward"] = self._unbatch(values)
+            if self.rounds > 1:
+                self._transcript[agent]["turns"][-1]["reward"] = self._unbatch(values.copy())
+            totals = np.sum([t.reward for t in self._played[agent]], axis=0)
+            self._transcript[agent]["reward"] = self._unbatch(totals)
 
     def deliver_rewards(self, rewards: Mapping[str, np.ndarray]) -> None:
         """Set what each agent receives for this episode (per conversation).
@@ -532,6 +675,10 @@ class PioneerObserverEnv(AECEnv):
             self._cumulative_rewards[agent] = mean
             self.infos[agent]["reward"] = self._unbatch(values)
             self._transcript[agent]["reward"] = self._unbatch(values.copy())
+            if played := self._played.get(agent):  # the episode's reward comes with the agent's last turn
+                played[-1].reward = values
+                if self.rounds > 1:
+                    self._transcript[agent]["turns"][-1]["reward"] = self._unbatch(values.copy())
 
     @property
     def last_transcript(self) -> dict[str, dict[str, Any]] | None:
@@ -566,7 +713,10 @@ class PioneerObserverEnv(AECEnv):
         if self.render_mode is None:
             gymnasium.logger.warn("render() called without render_mode; pass render_mode='human' or 'ansi'")
             return None
-        text = transcript_text(self.queries, self.possible_agents, self.responses, self.task_rewards)
+        if self.rounds > 1:
+            text = rounds_text(self.queries, self.possible_agents, self.history, self._played)
+        else:
+            text = transcript_text(self.queries, self.possible_agents, self.responses, self.task_rewards)
         if self.render_mode == "human":
             print(text)
             return None

@@ -124,3 +124,46 @@ def repeat_each(source: PromptSource | Sequence[Prompt | str], times: int) -> Re
         ['The movie was', 'The movie was', 'I think', 'I think']
     """
     return RepeatedPrompts(source, times)
+
+
+def row_fields(
+    source: PromptSource, declared: Sequence[str] | None, private: Mapping[str, Any] | None = None
+) -> tuple[str, ...]:
+    """The prompt-row fields templates may name (``{secret}``): ``declared``, or by default the
+    metadata keys of a :class:`PromptList`'s rows (other sources: none); private fields always."""
+    if declared is not None:
+        if isinstance(declared, str) or not all(isinstance(f, str) and f.isidentifier() for f in declared):
+            raise UsageError(f"prompt_fields must be a list of field names, got {declared!r:.80}")
+        fields = list(declared)
+    elif isinstance(source, PromptList):
+        fields = sorted({k for p in source.prompts for k in p.metadata if isinstance(k, str) and k.isidentifier()})
+    else:
+        fields = []
+    return tuple(dict.fromkeys([*fields, *(private or {})]))
+
+
+def row_values(prompt: Prompt, fields: Sequence[str], row: int) -> dict[str, Any]:
+    """The values of ``fields`` in one prompt row, for a template; a row without one is refused,
+    naming the row and the field."""
+    values = {}
+    for f in fields:
+        if f not in prompt.metadata:
+            have = ", ".join(sorted(map(str, prompt.metadata))) or "none"
+            raise UsageError(
+                f"prompt row {row} (query {prompt.query[:80]!r}) has no field {f!r}, which a template names "
+                f"(its fields: {have}): give every prompt a {f!r} (a column of the task file), or drop {{{f}}} "
+                f"from the template"
+            )
+        values[f] = prompt.metadata[f]
+    return values
+
+
+def check_rows_have_fields(source: PromptSource, named: Sequence[Sequence[Sequence[str]]]) -> None:
+    """For a :class:`PromptList`, check now that every row has every field a template names
+    (``named``: any nesting of field-name lists); other sources are checked as they are drawn."""
+    if not isinstance(source, PromptList):
+        return
+    fields: list[str] = list(dict.fromkeys(f for row in named for turn in row for f in turn))
+    if fields:
+        for i, prompt in enumerate(source.prompts):
+            row_values(prompt, fields, i)

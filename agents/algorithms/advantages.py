@@ -108,6 +108,53 @@ def gae(
     return advantages, advantages + values
 
 
+@torch.no_grad()
+def gae_over_turns(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    turns: int,
+    gamma: float = 1.0,
+    lam: float = 0.95,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE across an agent's turns: rows ``(turns * B, T)`` in turn-major order (row ``r * B + b`` is
+    conversation ``b``'s turn ``r``); each conversation's tokens of all its turns form one
+    trajectory, so the last token of turn ``r`` bootstraps from the first of turn ``r + 1``
+    (``V_{t+1}``, ``A_{t+1}``: the next real token of the agent, whatever lies between: the other
+    agents' turns are observations). Padding gets ``A_t = R_t = 0``. With ``turns=1`` the same
+    numbers as :func:`gae`.
+
+    Example:
+        >>> r = torch.tensor([[0.0, 0.0], [1.0, 0.0]])  # turn 0, then turn 1 (its second column padding)
+        >>> m = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+        >>> gae_over_turns(r, torch.zeros(2, 2), m, turns=2, gamma=1.0, lam=1.0)[0]
+        tensor([[1., 1.],
+                [1., 0.]])
+    """
+    rows, T = values.shape
+    if rows % turns:
+        raise ValueError(f"{rows} rows do not split into {turns} turns of the same conversations")
+    B = rows // turns
+
+    def trajectory(x: torch.Tensor) -> torch.Tensor:  # (turns * B, T) -> (B, turns * T), turns in order
+        return x.reshape(turns, B, T).permute(1, 0, 2).reshape(B, turns * T)
+
+    mask_t = trajectory(mask.to(values.dtype))
+    rewards_t, values_t = trajectory(rewards) * mask_t, trajectory(values) * mask_t
+    advantages = torch.zeros_like(values_t)
+    next_advantage = torch.zeros_like(values_t[:, 0])
+    next_value = torch.zeros_like(values_t[:, 0])
+    for t in reversed(range(turns * T)):
+        real = mask_t[:, t].bool()
+        delta = rewards_t[:, t] + gamma * next_value - values_t[:, t]
+        advantage = delta + gamma * lam * next_advantage
+        advantages[:, t] = advantage * mask_t[:, t]
+        next_advantage = torch.where(real, advantage, next_advantage)  # padding passes the next token's on
+        next_value = torch.where(real, values_t[:, t], next_value)
+    advantages = advantages.reshape(B, turns, T).permute(1, 0, 2).reshape(rows, T)
+    return advantages, advantages + values * mask.to(values.dtype)
+
+
 GROUP_BASELINES = ("grpo", "rloo")
 
 

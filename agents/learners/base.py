@@ -36,11 +36,14 @@ Example: see ``docs/plug-in-your-algorithm.md`` (a REINFORCE learner in about 40
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
+
+from cory_env.context import PlayedTurn
 
 #: Metrics the run plots (``cory_agents.training.plots.RUN_PLOTS``) and progress bar read, when a learner returns them.
 PLOTTED_METRICS = ("task_reward_mean", "task_reward_std", "kl", "combined_reward")
@@ -64,6 +67,44 @@ class Episode:
     task_rewards: np.ndarray  # (B,) the learner's own task reward
     extra: dict[str, Any] = field(default_factory=dict)
     queries: list[str] = field(default_factory=list)  # (B,) the query of each conversation (groups share one)
+    #: The agent's turns in the episode (``--rounds``): rows are then turn-major, row ``r * B + b`` being
+    #: conversation ``b``'s turn ``r``, and ``scores`` ``(turns * B,)`` what each turn received.
+    turns: int = 1
+
+    @property
+    def num_conversations(self) -> int:
+        """``B``: the conversations (rows divided by turns)."""
+        return self.input_ids.shape[0] // self.turns
+
+    def conversation_scores(self) -> np.ndarray:
+        """``(B,)`` what each conversation gave the learner: its turns' scores summed."""
+        if self.turns == 1:
+            return self.scores
+        return self.scores.reshape(self.turns, -1).sum(axis=0)
+
+    @classmethod
+    def from_turns(cls, turns: Sequence[PlayedTurn], info: dict[str, Any]) -> Episode:
+        """Build from the agent's finished turns (:meth:`~cory_env.PioneerObserverEnv.played_turns`), turn-major:
+        each turn's prompt left-padded to the longest, its response right-padded to the longest."""
+        P = max(t.input_ids.shape[1] - t.response_width for t in turns)
+        T = max(t.response_width for t in turns)
+        B = turns[0].input_ids.shape[0]
+        ids = np.zeros((len(turns) * B, P + T), dtype=np.int64)
+        mask = np.zeros_like(ids)
+        for r, t in enumerate(turns):
+            p, rows = t.input_ids.shape[1] - t.response_width, slice(r * B, (r + 1) * B)
+            ids[rows, P - p : P + t.response_width] = t.input_ids
+            mask[rows, P - p : P + t.response_width] = t.attention_mask
+        queries = info.get("query", [])
+        return cls(
+            input_ids=torch.tensor(ids),
+            attention_mask=torch.tensor(mask),
+            response_width=T,
+            scores=np.concatenate([np.asarray(t.reward, dtype=np.float64) for t in turns]),
+            task_rewards=np.sum([t.task_reward for t in turns], axis=0).astype(np.float64),
+            queries=[queries] if isinstance(queries, str) else list(queries),
+            turns=len(turns),
+        )
 
     @classmethod
     def from_final_step(cls, observation: dict[str, np.ndarray], info: dict[str, Any]) -> Episode:
@@ -108,7 +149,8 @@ class Learner(Protocol):
 def reward_metrics(episode: Episode, kl: float, kl_coef: float) -> dict[str, float]:
     """The plotted metrics of an episode, given its KL (summed over the response, batch mean).
 
-    ``reward_mean`` is what the learner received (the collective reward under CORY).
+    ``reward_mean`` is what the learner received (the collective reward under CORY); over several
+    turns (``--rounds``) both rewards are per conversation, its turns summed.
 
     Example:
         >>> ep = Episode(torch.zeros(2, 3), torch.ones(2, 3), 1, np.array([1.0, 3.0]), np.array([0.0, 1.0]))
@@ -119,7 +161,7 @@ def reward_metrics(episode: Episode, kl: float, kl_coef: float) -> dict[str, flo
     return {
         "task_reward_mean": float(task.mean()),
         "task_reward_std": float(task.std()),
-        "reward_mean": float(episode.scores.mean()),
+        "reward_mean": float(episode.conversation_scores().mean()),
         "kl": float(kl),
         "combined_reward": float(task.mean()) - kl_coef * float(kl),
         "kl_coef": float(kl_coef),

@@ -380,7 +380,7 @@ class LMLearner:
         dp = self.data_parallel
         means = dp.mean(
             {
-                "kl": float(scored["kl_exact"].sum(-1).mean()),
+                "kl": float(scored["kl_exact"].sum(-1).mean()) * ep.turns,  # per conversation: its turns summed
                 "kl_penalty": float(scored["kl"].sum(-1).mean()),
                 "response_length": float(mask.sum(-1).mean()),
                 **stats,
@@ -390,7 +390,9 @@ class LMLearner:
         kl_sum = means.pop("kl")
         self.kl_ctl.update(means.pop("kl_penalty"), mask.shape[0] * dp.num_processes)
         if dp.is_distributed:
-            ep = dataclasses.replace(ep, scores=dp.gather(ep.scores), task_rewards=dp.gather(ep.task_rewards))
+            ep = dataclasses.replace(  # per conversation (its turns summed), every process's
+                ep, scores=dp.gather(ep.conversation_scores()), task_rewards=dp.gather(ep.task_rewards), turns=1
+            )
         return {**reward_metrics(ep, kl_sum, kl_coef), **means}
 
     def _grad_norm_stats(self) -> dict[str, float]:

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
-from cory_agents.algorithms.advantages import explained_variance, gae, masked_mean
+from cory_agents.algorithms.advantages import explained_variance, gae, gae_over_turns, masked_mean
 from cory_agents.algorithms.kl import token_rewards
 from cory_agents.algorithms.losses import policy_loss, value_loss
 from cory_agents.distributed.data_parallel import DataParallel
@@ -205,8 +205,12 @@ class PPOLearner(LMLearner):
         kl_coef = self.kl_ctl.value
         rewards = token_rewards(scores, s["kl"], mask, kl_coef)
 
-        # 3. Advantages: GAE over the response, whitened over the batch (and the processes).
-        advantages, returns = gae(rewards, s["values"], mask, c.gamma, c.lam)
+        # 3. Advantages: GAE over the response (over an agent's turns, across them), whitened over the
+        # batch (and the processes).
+        if ep.turns == 1:
+            advantages, returns = gae(rewards, s["values"], mask, c.gamma, c.lam)
+        else:
+            advantages, returns = gae_over_turns(rewards, s["values"], mask, ep.turns, c.gamma, c.lam)
         if c.whiten_advantages:
             advantages = self.data_parallel.whiten(advantages, mask)
         if advantage_weights is not None:

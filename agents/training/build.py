@@ -115,6 +115,11 @@ def assemble(
         max_new_tokens=(config.min_new_tokens, config.max_new_tokens),
         context_length=config.context_length,
         knowledge_transfer=not config.no_knowledge_transfer,
+        rounds=config.rounds,
+        later_templates=None if config.template_list() else task.later_templates,
+        prompt_fields=task.prompt_fields if not config.task_file else None,
+        private_fields=task.private_fields,
+        turn_rewards=config.turn_rewards,
     )
     game.check_prompts()  # a prompt too long for --context-length fails now, not at the episode that draws it
     if config.algo == "cory":

@@ -13,6 +13,7 @@ the build.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import json
 from collections.abc import Iterable
@@ -109,6 +110,11 @@ class TrainConfig(
             )
         if self.templates:
             self.template_list()  # a bad list fails now
+        if self.rounds > 1 and self.learner != "ppo":
+            raise UsageError(
+                f"--rounds {self.rounds} trains with --learner ppo (GAE across an agent's turns); --learner "
+                f"{self.learner} learns from one turn per agent: use --rounds 1 with it"
+            )
 
     def model_list(self) -> list[str]:
         """``--models`` as a list (empty without it)."""
@@ -222,6 +228,12 @@ def resolve(config: TrainConfig, data_parallel: DataParallel | None = None) -> T
     """
     dp = data_parallel or DataParallel()
     config = with_task_defaults(apply_preset(config), get_task(config.task))
+    task = get_task(config.task)
+    if config.chain_length() < task.min_agents:
+        raise UsageError(
+            f"--task {config.task} is a game of {task.min_agents} agents, but --algo {config.algo} plays "
+            f"{config.chain_length()}: use --algo cory"
+        )
     derived: dict[str, Any] = {}
     if config.mini_batch_size is None:  # it follows the batch size unless given
         derived["mini_batch_size"] = default_mini_batch_size(config.batch_size)
@@ -347,6 +359,9 @@ def build_task(config: TrainConfig) -> Task:
     task = get_task(config.task)
     if config.task_file:
         task = custom_task(config.task_file, like=task, name="custom", query_field=config.query_field)
+    if task.prompt_options:  # the task's own settings (--num-secrets), bound to its prompt source
+        options = {name: getattr(config, name) for name in task.prompt_options}
+        task = dataclasses.replace(task, prompts=functools.partial(task.prompts, **options))
     return task
 
 

@@ -29,7 +29,9 @@ class TaskConfig:
     _argument_group_name: ClassVar[str] = "Task: the prompts, the templates and the reward"
 
     task: str = flag(
-        "sentiment", "task: sentiment (movie-review continuation) or gsm8k (grade-school math)", choices=sorted(TASKS)
+        "sentiment",
+        "task: sentiment (movie-review continuation), gsm8k (grade-school math) or signal (a signalling game of two)",
+        choices=sorted(TASKS),
     )
     task_file: str = flag(
         "", "your own prompts: a .jsonl or .csv file, one row per prompt (--task still gives templates and reward)"
@@ -54,6 +56,8 @@ class TaskConfig:
         "",
         "reward (empty: the task's: vader, gsm8k): a registered name, package.module:function, or a Hub text-classification model (raw logit of its positive label)",
     )
+    num_secrets: int = flag(4, "signal: the number of secret words K (2-8; chance is 1/K)")
+    secret_words: str = flag("colours", "signal: the kind of secret words", choices=["colours", "animals"])
     reward_timeout: float | None = flag(
         None,
         "seconds one reward call may take before the run stops with an error naming the reward (default: 300, or no limit for a reward function with the attribute slow = True); 0: no limit",
@@ -110,6 +114,14 @@ class GameConfig:
     )
     iterations: int = flag(45, "training iterations (one batched episode each; at least 1)")
     batch_size: int = flag(32, "conversations per iteration")
+    rounds: int = flag(
+        1,
+        "times the chain plays in an episode (1: once, as CORY); in later rounds each agent reads the turns before it",
+    )
+    turn_rewards: bool = flag(
+        False,
+        "score every turn and reward it at its end (CORY: each round's collective reward at the round's end); default: each agent's turns summed, at the episode's end",
+    )
     role_exchange_period: int = flag(5, "iterations between role exchanges (CORY's T_REx)")
     no_role_exchange: bool = flag(False, "ablation: never exchange roles")
     no_knowledge_transfer: bool = flag(False, "ablation: the observer sees only the query")
@@ -203,6 +215,7 @@ NUMBER_RANGES: tuple[tuple[str, float, bool, str], ...] = (
     ("samples_per_iteration", 0, True, "sample generations written per learner, 0: none"),
     ("lora_r", 1, True, "the LoRA rank"),
     ("lora_alpha", 0, False, "LoRA's scale: the adapters' output is multiplied by lora_alpha / lora_r"),
+    ("rounds", 1, True, "the times the chain plays in an episode, 1: once"),
 )
 
 

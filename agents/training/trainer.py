@@ -169,11 +169,19 @@ class Trainer:
             for agent in self.game.agent_iter():
                 obs, reward, term, trunc, info = self.game.last()
                 if term or trunc:
-                    finals[agent] = (Episode.from_final_step(obs, info), info)
+                    finals[agent] = (self._episode(obs, info), info)
                     self.game.step(None)
                 else:
                     self.game.step(self.learners[agent].act(agent, obs))
         return finals
+
+    def _episode(self, observation: dict[str, Any], info: dict[str, Any]) -> Episode:
+        """A learner's episode at its final step: from its final observation, or over several rounds
+        from every turn it played (:meth:`~cory_env.PioneerObserverEnv.played_turns`)."""
+        raw = self.game.unwrapped
+        if raw.rounds == 1:
+            return Episode.from_final_step(observation, info)
+        return Episode.from_turns(raw.played_turns(info["role"]), info)
 
     def team_episode(self, finals: dict[str, tuple[Episode, dict[str, Any]]]) -> TeamEpisode:
         """What the team learns from: :meth:`rollout`'s episodes, each learner's role, the environment
@@ -190,7 +198,10 @@ class Trainer:
         start = time.perf_counter()
         finals = self.rollout()
         rollout_s = time.perf_counter() - start
-        tokens = sum(int(np.sum(info["response_length"])) for _, info in finals.values())
+        if self.game.unwrapped.rounds == 1:
+            tokens = sum(int(np.sum(info["response_length"])) for _, info in finals.values())
+        else:  # every turn's
+            tokens = sum(int(ep.attention_mask[:, -ep.response_width :].sum()) for ep, _ in finals.values())
         stats = self.team.learn(self.team_episode(finals))
         metrics: dict[str, float] = {}
         samples = []
@@ -203,6 +214,7 @@ class Trainer:
                         learner=name,
                         role=info["role"],
                         query=info["query"][b],
+                        context=info["context"][b],
                         response=info["response"][b],
                         task_reward=float(info["task_reward"][b]),
                         reward=float(info["reward"][b]),

@@ -131,6 +131,28 @@ def score_responses(
     return scores
 
 
+#: The keywords a reward that scores every turn takes (0-based): the round and the chain position.
+TURN_KEYWORDS = ("round", "position")
+
+
+def takes_turn(fn: Any) -> bool:
+    """Whether a reward function scores every turn: its signature names ``round`` or ``position``
+    (a :class:`~cory_env.rewards.registry.CheckedReward` or ``functools.partial`` is looked
+    through). The environment then passes both; other functions are called as before."""
+    while True:
+        inner = getattr(fn, "fn", None) or getattr(fn, "func", None)
+        if inner is None or inner is fn:
+            break
+        fn = inner
+    try:
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return any(
+        name in TURN_KEYWORDS and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for name, p in parameters.items()
+    )
+
+
 def _call_with_deadline(
     call: Callable[[], Any], name: str, timeout: float | None, cancel: threading.Event | None
 ) -> Any:

@@ -247,9 +247,11 @@ def _load_classifier(name: str, device: str | torch.device | None) -> RewardFunc
 def _register_builtins() -> None:
     from cory_env.rewards.gsm8k import gsm8k_reward
     from cory_env.rewards.sentiment import vader_sentiment
+    from cory_env.tasks.signal import signal_reward
 
     register("vader", vader_sentiment)
     register("gsm8k", gsm8k_reward)
+    register("signal", signal_reward)
 
 
 _register_builtins()

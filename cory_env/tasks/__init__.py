@@ -9,6 +9,7 @@ name       prompts                                   default reward    new token
 ========== ========================================= ================= ==============
 sentiment  first 2-7 tokens of a movie review        ``vader``         12
 gsm8k      grade-school math questions (+ answers)   ``gsm8k``         128-256
+signal     a secret word the receiver must name      ``signal``        4
 ========== ========================================= ================= ==============
 
 Example:
@@ -29,7 +30,8 @@ task can be added with :func:`register_task`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cory_env.errors import UsageError
@@ -41,6 +43,13 @@ from cory_env.tasks.sentiment import (
     ReviewPrefixes,
     load_reviews,
     sentiment_prompts,
+)
+from cory_env.tasks.signal import (
+    LATER_SENDER_TEMPLATE,
+    PRIVATE_FIELDS,
+    RECEIVER_TEMPLATE,
+    SENDER_TEMPLATE,
+    signal_prompts,
 )
 from cory_env.templates import (
     GSM8K_OBSERVER,
@@ -76,6 +85,12 @@ class Task:
             pioneer's response inside the observer's prompt, and a response.
         sources: the values ``prompts`` accepts for ``source``; ``"auto"`` first.
         description: one line for listings and ``--help``.
+        prompt_fields: the prompt rows' fields its templates name (``{secret}``).
+        private_fields: those only some chain positions may see: ``{field: positions}``.
+        later_templates: one template per position for the rounds after the first (``--rounds``);
+            ``None``: the observer template at every position (each revises the turn before).
+        min_agents: the shortest chain that can play it (a game of two needs ``--algo cory``).
+        prompt_options: settings of ``cory-train`` (field names) passed to ``prompts`` as keywords.
     """
 
     name: str
@@ -88,14 +103,22 @@ class Task:
     context_length: int = 128
     sources: tuple[str, ...] = ("auto",)
     description: str = ""
+    prompt_fields: tuple[str, ...] = ()
+    private_fields: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    later_templates: tuple[Template, ...] | None = None
+    min_agents: int = 1
+    prompt_options: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
             raise ValueError(f"a task name must be a non-empty string, got {self.name!r}")
         if not callable(self.prompts):
             raise TypeError(f"task {self.name!r}: prompts must be a callable (tokenizer, *, split, seed, source)")
-        check_template(self.pioneer_template, allow_response=False, name=f"task {self.name!r} pioneer_template")
-        check_template(self.observer_template, allow_response=True, name=f"task {self.name!r} observer_template")
+        fields = dict(prompt_fields=(*self.prompt_fields, *self.private_fields), private_fields=self.private_fields)
+        check_template(self.pioneer_template, position=0, name=f"task {self.name!r} pioneer_template", **fields)
+        check_template(self.observer_template, position=1, name=f"task {self.name!r} observer_template", **fields)
+        for k, template in enumerate(self.later_templates or ()):
+            check_template(template, position=k, round=1, name=f"task {self.name!r} later_templates[{k}]", **fields)
         if not 1 <= self.min_new_tokens <= self.max_new_tokens:
             raise ValueError(
                 f"task {self.name!r}: need 1 <= min_new_tokens <= max_new_tokens, "
@@ -166,6 +189,26 @@ register_task(
     )
 )
 
+register_task(
+    Task(
+        name="signal",
+        prompts=signal_prompts,
+        pioneer_template=SENDER_TEMPLATE,
+        observer_template=RECEIVER_TEMPLATE,
+        default_reward="signal",
+        min_new_tokens=4,
+        max_new_tokens=4,
+        context_length=96,
+        sources=("auto",),
+        description="a signalling game: the sender sees a secret word, the receiver must name it (collective reward 1)",
+        prompt_fields=("words",),
+        private_fields=PRIVATE_FIELDS,
+        later_templates=(LATER_SENDER_TEMPLATE, RECEIVER_TEMPLATE),
+        min_agents=2,
+        prompt_options=("num_secrets", "secret_words"),
+    )
+)
+
 __all__ = [
     "TASKS",
     "DatasetUnavailableError",
@@ -180,4 +223,5 @@ __all__ = [
     "load_reviews",
     "register_task",
     "sentiment_prompts",
+    "signal_prompts",
 ]

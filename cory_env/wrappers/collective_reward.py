@@ -33,6 +33,11 @@ AGGREGATES = ("sum", "mean")
 class CollectiveRewardWrapper(BaseWrapper):
     """At the end of an episode every agent receives the collective reward.
 
+    In an episode of several rounds (``rounds``) each agent's task reward is the sum of its turns'
+    scores. With the environment's ``turn_rewards`` the collective reward is per round instead:
+    at the end of each round every agent receives the round's collective reward (for its turn of
+    that round), and nothing at the other turns' ends.
+
     Args:
         env: the pioneer/observer environment (possibly already wrapped).
         aggregate: ``"sum"`` (the paper) or ``"mean"`` of the task rewards.
@@ -76,10 +81,24 @@ class CollectiveRewardWrapper(BaseWrapper):
     def step(self, action: Any) -> None:
         self.env.step(action)
         base = self.env.unwrapped
-        if base.episode_over and not self._delivered:
+        if base.turn_rewards:
+            if (ended := base.turn_ended) is not None:
+                self._deliver_round(base, ended)
+        elif base.episode_over and not self._delivered:
             self._delivered = True
-            collective = sum(w * np.asarray(base.task_rewards[r]) for r, w in self.weights.items())
-            base.deliver_rewards({r: collective for r in base.task_rewards})
+            task_rewards = base.episode_task_rewards()  # each agent's, summed over its turns
+            collective = sum(w * np.asarray(task_rewards[r]) for r, w in self.weights.items())
+            base.deliver_rewards({r: collective for r in task_rewards})
+
+    def _deliver_round(self, base: Any, ended: str) -> None:
+        """Turn rewards: nothing at a turn's end until the round's last; then every agent receives
+        the round's collective reward, for its turn of that round."""
+        if ended != base.possible_agents[-1]:
+            base.deliver_turn_rewards({ended: np.zeros(base.num_conversations)})
+            return
+        scores = {r: base.played_turns(r)[-1].task_reward for r in self.weights}
+        collective = sum(w * np.asarray(scores[r]) for r, w in self.weights.items())
+        base.deliver_turn_rewards({r: collective for r in scores})
 
     def __str__(self) -> str:
         return str(self.env)

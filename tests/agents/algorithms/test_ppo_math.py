@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from cory_agents.algorithms.advantages import explained_variance, gae, whiten
+from cory_agents.algorithms.advantages import explained_variance, gae, gae_over_turns, whiten
 from cory_agents.algorithms.kl import AdaptiveKLController, FixedKLController, kl_per_token, token_rewards
 from cory_agents.algorithms.losses import policy_loss, value_loss
 
@@ -73,6 +73,47 @@ def test_gae_matches_loop_and_padding_does_not_leak(gamma, lam):
     torch.testing.assert_close(adv2, adv)
     torch.testing.assert_close(ret2, ret)
     assert (adv[pad] == 0).all() and (ret[pad] == 0).all()
+
+
+def test_gae_over_turns_by_hand():
+    # One conversation, two turns of the agent: turn 0 has 2 tokens, turn 1 one (then padding).
+    # gamma=1, lam=0.5; the trajectory is the agent's 3 tokens: values 0.5, 0.2 | 0.4, rewards 0, 0.1 | 1.0.
+    # t=2 (turn 1): delta = 1.0 + 0 - 0.4 = 0.6                      A = 0.6
+    # t=1 (end of turn 0): delta = 0.1 + 0.4 - 0.2 = 0.3 (bootstraps from turn 1's first token)
+    #                       A = 0.3 + 0.5 * 0.6 = 0.6
+    # t=0: delta = 0 + 0.2 - 0.5 = -0.3                               A = -0.3 + 0.5 * 0.6 = 0.0
+    rewards, values = t([[0.0, 0.1], [1.0, 0.0]]), t([[0.5, 0.2], [0.4, 0.0]])
+    mask = torch.tensor([[1, 1], [1, 0]])
+    adv, ret = gae_over_turns(rewards, values, mask, turns=2, gamma=1.0, lam=0.5)
+    torch.testing.assert_close(adv, t([[0.0, 0.6], [0.6, 0.0]]))
+    torch.testing.assert_close(ret, t([[0.5, 0.8], [1.0, 0.0]]))
+    # Each turn alone (the one-turn GAE) would not bootstrap: turn 0's last token would see V = 0.
+    alone, _ = gae(rewards, values, mask, gamma=1.0, lam=0.5)
+    assert alone[0, 1] != adv[0, 1]
+
+
+@pytest.mark.parametrize("gamma,lam", [(1.0, 0.95), (0.9, 0.8)])
+def test_gae_over_turns_is_gae_of_each_conversations_concatenated_turns(gamma, lam):
+    g = torch.Generator().manual_seed(1)
+    turns, B, T = 3, 4, 5
+    lengths = torch.randint(1, T + 1, (turns * B,), generator=g).tolist()
+    mask = torch.tensor([[1] * n + [0] * (T - n) for n in lengths])
+    rewards = torch.randn(turns * B, T, generator=g, dtype=D)
+    values = torch.randn(turns * B, T, generator=g, dtype=D)
+    adv, ret = gae_over_turns(rewards, values, mask, turns, gamma=gamma, lam=lam)
+    for b in range(B):  # the real tokens of conversation b's turns, in order, as one row of the one-turn GAE
+        rows = [r * B + b for r in range(turns)]
+        real = [(row, i) for row in rows for i in range(lengths[row])]
+        r = t([[rewards[row, i].item() for row, i in real]])
+        v = t([[values[row, i].item() for row, i in real]])
+        exp_adv, exp_ret = reference_gae(r.tolist(), v.tolist(), [len(real)], gamma, lam)
+        torch.testing.assert_close(t([[adv[row, i].item() for row, i in real]]), exp_adv)
+        torch.testing.assert_close(t([[ret[row, i].item() for row, i in real]]), exp_ret)
+    assert (adv[mask == 0] == 0).all() and (ret[mask == 0] == 0).all()
+    one, one_ret = gae_over_turns(rewards[:B], values[:B], mask[:B], 1, gamma=gamma, lam=lam)
+    two, two_ret = gae(rewards[:B], values[:B], mask[:B], gamma=gamma, lam=lam)
+    torch.testing.assert_close(one, two)
+    torch.testing.assert_close(one_ret, two_ret)
 
 
 # ---------------------------------------------------------------- whitening

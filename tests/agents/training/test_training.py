@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -138,6 +140,43 @@ def test_cli_end_to_end(toy_model, tmp_path, algo):
     assert all((out / "model" / learner / weights).is_file() for learner in learners)
 
 
+@pytest.mark.parametrize(
+    "game",
+    [
+        ["--task", "signal", "--reward", "signal", "--prompt-source", "auto", "--context-length", "96"],
+        ["--rounds", "2"],
+        ["--rounds", "3", "--turn-rewards", "--num-agents", "3", "--context-length", "96"],
+    ],
+    ids=["signal", "2-rounds", "3-rounds-of-3-turn-rewards"],
+)
+def test_cli_games_end_to_end(toy_model, tmp_path, game):
+    out = tmp_path / "run"
+    result = subprocess.run(
+        cli(*toy_cli_args(toy_model, out, "--iterations", "2", *game)),
+        env=cli_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = pd.read_csv(out / "metrics.csv")
+    assert metrics["iteration"].tolist() == [0, 1]
+    learners = sorted({c.split("/")[0] for c in metrics.columns if c.startswith("llm_")})
+    assert learners == [f"llm_{i}" for i in range(3 if "--num-agents" in game else 2)]
+    for learner in learners:
+        for column in ("task_reward_mean", "reward_mean", "kl", "policy_loss", "value_loss"):
+            assert np.isfinite(metrics[f"{learner}/{column}"]).all()
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    if "signal" in game:  # the secret is in the sender's prompt only
+        for sample in samples:
+            told = re.search(r"The secret colour is (red|blue|green|yellow)\.", sample["context"])
+            assert (told is not None) == (sample["role"] == "pioneer")
+            assert 0.0 <= sample["reward"] <= 1.0 and sample["task_reward"] in (0.0, 1.0)
+            if sample["role"] == "pioneer":
+                assert sample["task_reward"] == 0.0
+
+
 def test_cli_help_explains_the_flags():
     result = subprocess.run(cli("--help"), env=cli_env(), capture_output=True, text=True, timeout=120)
     assert result.returncode == 0
@@ -146,10 +185,11 @@ def test_cli_help_explains_the_flags():
     assert "iterations between role exchanges" in result.stdout
 
 
-@pytest.mark.parametrize("learner", ["ppo", "happo", "difference"])
+@pytest.mark.parametrize("learner", ["ppo", "happo", "difference", "ppo --rounds 2 --turn-rewards"])
 def test_resume_after_sigkill_matches_an_uninterrupted_run(toy_model, tmp_path, learner):
     args = ["--algo", "cory", "--iterations", "6", "--checkpoint-every", "1", "--role-exchange-period", "2"]
-    args += ["--learner", learner, *PACED]
+    learner, *extra = learner.split()
+    args += ["--learner", learner, *extra, *PACED]
     run_toy_cli(toy_model, tmp_path / "whole", *args)
     killed = tmp_path / "killed"
     # A checkpoint after the first iteration: each deletes the one before it (--keep-checkpoints 1).

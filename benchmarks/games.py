@@ -1,0 +1,147 @@
+"""The games study: does the embedded model learn the signalling game, and how does a second round train?
+
+Runs (each ``examples/train_cory.py`` at the training defaults on the embedded model, 3 seeds):
+
+- ``signal``: ``--task signal`` (K = 4 colours, chance 0.25), CORY's chain of two;
+- ``sentiment-2-rounds``: ``--task sentiment --rounds 2`` (each agent revises after reading the other).
+
+A run is resumed from its checkpoints when the study is started again (``--root``, outside the
+work tree by default), skipped once finished. The report goes to docs/games.md between its
+markers: per run kind the start and end of the curve over seeds (mean and 95% t-interval), a
+figure of the curves (docs/games/<run>.png) and sample dialogues of the last iteration.
+
+    python benchmarks/games.py                      # run what is missing, then the report
+    python benchmarks/games.py --runs signal        # one kind
+    python benchmarks/games.py --report-only        # the report from what has run so far
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/games.py` from anywhere
+
+from benchmarks.reproduce import Stopped, iterations_done, over_seeds, run_dir, train  # noqa: E402
+from cory_agents.evaluation.report import fmt, write_sections  # noqa: E402
+from cory_agents.training.metrics import SAMPLES_FILE, read_metrics  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_ROOT = Path.home() / ".cache" / "cory_env" / "games"
+PAGE = REPO / "docs" / "games.md"
+FIGURES = REPO / "docs" / "games"
+MARKERS = ("<!-- results: written by benchmarks/games.py -->", "<!-- /results -->")
+SEEDS = (0, 1, 2)
+#: run kind -> (its flags, iterations, what its curve shows)
+RUNS: dict[str, tuple[list[str], int, str]] = {
+    "signal": (["--algo", "cory", "--task", "signal", "--batch-size", "32"], 60, "success rate"),
+    "sentiment-2-rounds": (["--algo", "cory", "--task", "sentiment", "--rounds", "2"], 30, "collective reward"),
+}
+COMMON = ["--checkpoint-every", "5", "--report-to", "none", "--save-model", "false", "--samples-per-iteration", "4"]
+WINDOW = 5  # iterations averaged at the start and the end of a curve
+
+
+def curve(out: Path) -> np.ndarray:
+    """The run's curve: the collective reward each iteration (the mean of its learners' ``reward_mean``;
+    in the signalling game the success rate, the sender scoring 0)."""
+    df = read_metrics(out)
+    columns = [c for c in df.columns if c.endswith("/reward_mean")]
+    return df[columns].mean(axis=1).to_numpy()
+
+
+def summary(root: Path, kind: str) -> dict:
+    """Start and end of the curve over the finished seeds, and the curves."""
+    iterations = RUNS[kind][1]
+    curves = [curve(run_dir(root, kind, s)) for s in SEEDS if iterations_done(run_dir(root, kind, s)) >= iterations]
+    starts = [float(c[:WINDOW].mean()) for c in curves]
+    ends = [float(c[-WINDOW:].mean()) for c in curves]
+    return {"seeds": len(curves), "start": over_seeds(starts), "end": over_seeds(ends), "curves": curves}
+
+
+def plot(kind: str, result: dict, path: Path, chance: float | None) -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 3.5))
+    ax = fig.add_subplot()
+    for seed, c in zip(SEEDS, result["curves"]):
+        ax.plot(np.arange(len(c)), c, alpha=0.4, label=f"seed {seed}")
+    if result["curves"]:
+        ax.plot(np.mean(result["curves"], axis=0), color="black", linewidth=2, label="mean")
+    if chance is not None:
+        ax.axhline(chance, linestyle="--", color="grey", label="chance")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel(RUNS[kind][2])
+    ax.set_title(kind)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+
+
+def dialogues(out: Path, shown: int = 4) -> list[str]:
+    """The last iteration's sample dialogues of a run: each learner's context and answer."""
+    path = out / SAMPLES_FILE
+    if not path.exists():
+        return []
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    last = max(r["iteration"] for r in records)
+    lines = []
+    for r in [r for r in records if r["iteration"] == last][: 2 * shown]:
+        text = json.dumps(r.get("context", r["query"])[-160:], ensure_ascii=False)
+        lines.append(
+            f"- {r['learner']} ({r['role']}), task reward {r['task_reward']:.2f}: {text} -> {json.dumps(r['response'])}"
+        )
+    return lines
+
+
+def report(root: Path, kinds: list[str]) -> str:
+    parts = []
+    for kind in kinds:
+        flags, iterations, what = RUNS[kind]
+        result = summary(root, kind)
+        chance = 0.25 if kind == "signal" else None
+        if result["seeds"]:
+            plot(kind, result, FIGURES / f"{kind}.png", chance)
+        s, e = result["start"], result["end"]
+        parts += [
+            f"### {kind}",
+            "",
+            f"`python examples/train_cory.py {' '.join(flags)} --iterations {iterations} --seed S` "
+            f"(seeds {', '.join(map(str, SEEDS))}; {result['seeds']} finished).",
+            "",
+            f"| {what} | mean | 95% interval |",
+            "|---|---|---|",
+            f"| first {WINDOW} iterations | {fmt(s['mean'])} | [{fmt(s['low'])}, {fmt(s['high'])}] |",
+            f"| last {WINDOW} iterations | {fmt(e['mean'])} | [{fmt(e['low'])}, {fmt(e['high'])}] |",
+            "",
+        ]
+        if result["seeds"]:
+            parts += [f"![{kind}](games/{kind}.png)", "", "Sample dialogues (seed 0, last iteration):", ""]
+            parts += dialogues(run_dir(root, kind, SEEDS[0])) + [""]
+    return "\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="where the runs are (resumed from there)")
+    parser.add_argument("--runs", nargs="+", choices=list(RUNS), default=list(RUNS), help="which kinds of run")
+    parser.add_argument("--report-only", action="store_true", help="write the report from the runs done")
+    args = parser.parse_args(argv)
+    if not args.report_only:
+        try:
+            for kind in args.runs:
+                flags, iterations, _ = RUNS[kind]
+                for seed in SEEDS:
+                    train(kind, seed, iterations, args.root, COMMON, "games", configs={kind: flags})
+        except Stopped as stop:
+            raise SystemExit(stop.code) from None
+    write_sections(PAGE, {MARKERS: report(args.root, list(RUNS))})
+    print(f"report: {PAGE}")
+
+
+if __name__ == "__main__":
+    main()
