@@ -10,9 +10,12 @@ and noisy), at the same batch size:
 * model: one incremental forward pass (KV cache, one new token per conversation) of
   the embedded SmolLM2-135M, the cost the environment's step sits beside in a rollout.
 
-Target: the environment costs under 2% of the model's forward per token at B=16.
+Target: the environment costs under 2% of the model's forward per token at B=16, in a game of
+one round and of several (``--game-rounds 2 --turn-rewards``: each turn's prompt rendered from
+the transcript, a reward per turn).
 
     python benchmarks/env_overhead.py --batch-size 16
+    python benchmarks/env_overhead.py --batch-size 16 --game-rounds 2 --turn-rewards
 """
 
 from __future__ import annotations
@@ -67,6 +70,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5, help="interleaved measurement rounds")
     p.add_argument("--episodes", type=int, default=20, help="environment episodes per round")
     p.add_argument("--model", default=EMBEDDED_MODEL, help="model for the forward-pass reference")
+    p.add_argument("--game-rounds", type=int, default=1, help="rounds the chain plays per episode (the env's rounds)")
+    p.add_argument("--turn-rewards", action="store_true", help="reward every turn at its end")
     args = p.parse_args()
 
     tokenizer = load_tokenizer(args.model)
@@ -80,6 +85,9 @@ def main() -> None:
                 num_conversations=args.batch_size,
                 max_new_tokens=args.max_new_tokens,
                 stop_token_ids=[],  # random actions: every turn runs to max_new_tokens
+                rounds=args.game_rounds,
+                turn_rewards=args.turn_rewards,
+                context_length=256 * args.game_rounds,
             )
         )
     )
@@ -93,7 +101,10 @@ def main() -> None:
         print(f"round {r}: env {env_times[-1] * 1e6:8.1f} us/step   model forward {model_times[-1] * 1e3:7.2f} ms/step")
     env_s, model_s = statistics.median(env_times), statistics.median(model_times)
     ratio = env_s / model_s
-    print(f"\nB={args.batch_size}, torch threads={torch.get_num_threads()}, model={args.model}")
+    print(
+        f"\nB={args.batch_size}, game rounds={args.game_rounds}, turn rewards={args.turn_rewards}, "
+        f"torch threads={torch.get_num_threads()}, model={args.model}"
+    )
     print(f"environment per token step: {env_s * 1e6:.1f} us (median of {args.rounds} rounds)")
     print(f"model forward per token:    {model_s * 1e3:.2f} ms")
     print(f"ratio env / forward:        {ratio:.2%}  (target < 2%: {'met' if ratio < 0.02 else 'NOT met'})")

@@ -39,10 +39,12 @@ SEEDS = (0, 1, 2)
 #: run kind -> (its flags, iterations, what its curve shows)
 RUNS: dict[str, tuple[list[str], int, str]] = {
     "signal": (["--algo", "cory", "--task", "signal", "--batch-size", "32"], 60, "success rate"),
-    "sentiment-2-rounds": (["--algo", "cory", "--task", "sentiment", "--rounds", "2"], 30, "collective reward"),
+    "sentiment-2-rounds": (["--algo", "cory", "--task", "sentiment", "--rounds", "2"], 60, "collective reward"),
 }
 COMMON = ["--checkpoint-every", "5", "--report-to", "none", "--save-model", "false", "--samples-per-iteration", "4"]
 WINDOW = 5  # iterations averaged at the start and the end of a curve
+#: The frontier study's archived runs at the training defaults (KL coefficient 0.05, 60 iterations).
+FRONTIER_RUNS = REPO / "docs" / "frontier" / "runs"
 
 
 def curve(out: Path) -> np.ndarray:
@@ -60,6 +62,48 @@ def summary(root: Path, kind: str) -> dict:
     starts = [float(c[:WINDOW].mean()) for c in curves]
     ends = [float(c[-WINDOW:].mean()) for c in curves]
     return {"seeds": len(curves), "start": over_seeds(starts), "end": over_seeds(ends), "curves": curves}
+
+
+def learner_mean(out: Path, metric: str) -> float:
+    """The mean over a run's learners of ``metric`` over its last :data:`WINDOW` iterations."""
+    df = read_metrics(out)
+    columns = [c for c in df.columns if c.endswith(f"/{metric}")]
+    return float(df[columns].tail(WINDOW).mean(axis=1).mean())
+
+
+def frontier_point(root: Path) -> str:
+    """The two-round sentiment game's end point beside one-round CORY's and PPO's at the training
+    defaults (the frontier study's runs): the final turn's task reward and the KL per turn, the
+    last :data:`WINDOW` iterations, over seeds."""
+    rows = []
+    for name, folder, reward, kl in (
+        ("PPO, 1 round", lambda s: FRONTIER_RUNS / f"ppo-kl0.05-seed{s}", "task_reward_mean", "kl"),
+        ("CORY, 1 round", lambda s: FRONTIER_RUNS / f"cory-kl0.05-seed{s}", "task_reward_mean", "kl"),
+        (
+            "CORY, 2 rounds",
+            lambda s: run_dir(root, "sentiment-2-rounds", s),
+            "final_turn_task_reward_mean",
+            "kl_per_turn",
+        ),
+    ):
+        runs = [folder(s) for s in SEEDS if iterations_done(folder(s)) >= 60]
+        if not runs:
+            continue
+        r = over_seeds([learner_mean(out, reward) for out in runs])
+        k = over_seeds([learner_mean(out, kl) for out in runs])
+        rows.append(
+            f"| {name} | {len(runs)} | {fmt(r['mean'])} [{fmt(r['low'])}, {fmt(r['high'])}] "
+            f"| {fmt(k['mean'])} [{fmt(k['low'])}, {fmt(k['high'])}] |"
+        )
+    head = [
+        "Beside one round at the same settings (the frontier study's runs at KL coefficient 0.05, 60 iterations):",
+        "the last answer's task reward and the KL per answer, last "
+        f"{WINDOW} iterations, mean of the learners, 95% interval over seeds.",
+        "",
+        "| game | seeds | task reward of the last answer | KL per answer |",
+        "|---|---|---|---|",
+    ]
+    return "\n".join([*head, *rows, ""])
 
 
 def plot(kind: str, result: dict, path: Path, chance: float | None) -> None:
@@ -83,18 +127,27 @@ def plot(kind: str, result: dict, path: Path, chance: float | None) -> None:
 
 
 def dialogues(out: Path, shown: int = 4) -> list[str]:
-    """The last iteration's sample dialogues of a run: each learner's context and answer."""
+    """The last iteration's sample dialogues of a run, conversation by conversation: each position's
+    prompt (its end) and answer, in chain order (the samples of conversation ``b`` are the ``b``-th of
+    each learner)."""
     path = out / SAMPLES_FILE
     if not path.exists():
         return []
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     last = max(r["iteration"] for r in records)
+    by_learner: dict[str, list[dict]] = {}
+    for r in records:
+        if r["iteration"] == last:
+            by_learner.setdefault(r["learner"], []).append(r)
     lines = []
-    for r in [r for r in records if r["iteration"] == last][: 2 * shown]:
-        text = json.dumps(r.get("context", r["query"])[-160:], ensure_ascii=False)
-        lines.append(
-            f"- {r['learner']} ({r['role']}), task reward {r['task_reward']:.2f}: {text} -> {json.dumps(r['response'])}"
-        )
+    for b, turns in enumerate(zip(*by_learner.values())):
+        if b == shown:
+            break
+        turns = sorted(turns, key=lambda r: r["role"] != "pioneer")  # the chain's order: the pioneer first
+        lines.append(f"{b + 1}. reward {turns[0]['reward']:.2f}:")
+        for r in turns:
+            context = json.dumps(r.get("context", r["query"])[-110:], ensure_ascii=False)
+            lines.append(f"    - {r['learner']} ({r['role']}): ...{context} -> {json.dumps(r['response'])}")
     return lines
 
 
@@ -122,6 +175,8 @@ def report(root: Path, kinds: list[str]) -> str:
         if result["seeds"]:
             parts += [f"![{kind}](games/{kind}.png)", "", "Sample dialogues (seed 0, last iteration):", ""]
             parts += dialogues(run_dir(root, kind, SEEDS[0])) + [""]
+        if kind == "sentiment-2-rounds" and result["seeds"]:
+            parts.append(frontier_point(root))
     return "\n".join(parts)
 
 

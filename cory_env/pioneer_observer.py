@@ -11,6 +11,7 @@ Text generation as a sequential game of a chain of agents (CORY, Ma et al., Neur
 | Action values        | token ids in `[0, vocab_size)` (each agent's own vocabulary in a team of models)   |
 | Observation shape    | Dict of Box: `input_ids`, `attention_mask` `(L,)` or `(B, L)`; scalars `(1,)`      |
 | Rewards              | each agent's task reward of its response, at the end of the episode              |
+| Rounds               | `rounds=R`: the chain plays `R` times (default 1); see "Games of several rounds"  |
 
 The **pioneer** answers the query; the **observer** answers the same query with the
 pioneer's answer in its prompt (knowledge transfer). One `step` is one token. A turn
@@ -31,6 +32,35 @@ then rendered from the earlier agents' decoded text and tokenized with its own t
 its action space is its own vocabulary (`speaker(agent)`, `tokenizers`, `heterogeneous`); one
 shared tokenizer is the fast path. :class:`~cory_env.RoleExchangeWrapper` rotates learners
 through the positions and seats each one's tokenizer with it.
+
+### Games of several rounds, private fields, turn rewards
+
+With `rounds=R` the chain plays `R` times: the turns go pioneer, observer, ... in round 1, then
+the same order again, `R * N` turns in all. What each part of the API does then:
+
+| API                      | with `rounds=R`                                                                     |
+|--------------------------|-------------------------------------------------------------------------------------|
+| AEC order, `agent_iter`  | the positions in order, round after round; each agent acts once per token of its turns |
+| observations             | a fresh context at each of the agent's turns (`past_length == 0` at its start)      |
+| templates                | `templates[k]` a template (every round) or a list of `R`; without it, later rounds use `later_templates` (one per position) or `observer_template` at every position: each agent revises after reading the turn before |
+| fields                   | `{response_k_j}` (agent `k`, round `j`), `{round}`, `{response_k}` (agent `k`'s latest), `{response}` (the previous turn), `{responses}` (every earlier turn: the transcript) |
+| rewards                  | the reward scores every turn; an agent receives its turns' scores summed at the episode end, or each at its turn's end with `turn_rewards=True` (AEC per-step rewards) |
+| `infos[agent]`           | the latest turn's `context`, `response`, `task_reward`, and `round` (0-based)       |
+| `played_turns(agent)`    | the agent's finished turns: prompt and response tokens, task reward, reward received (a learner's episode) |
+| `history`, `round`       | the turns played so far, `(position, round, answers)`; the round being played (0-based) |
+| `state()`                | every position's current context (its latest turn), private fields included       |
+| `last_transcript`        | per role the last turn's entries, `turns` (each turn's, in order) and the summed `reward` |
+| replays                  | `options={"answers": [...]}`: the first `k < N * R` turns given, in the order played |
+| `CollectiveRewardWrapper`| per episode: every agent the sum over agents and turns; with `turn_rewards`, each round's sum at the round's end |
+| `RoleExchangeWrapper`    | rotates the learners between episodes, never within one                             |
+
+A prompt row's fields (a :class:`~cory_env.prompts.Prompt`'s metadata, such as a signalling
+game's `secret`) may be named in templates (`prompt_fields`, by default a prompt list's keys);
+`private_fields={"secret": [0]}` lets only position 0's templates name one, so no other agent's
+observation, info or context ever holds it: what it learns of the secret comes through the
+earlier agents' answers. `state()` holds every agent's context, the secret included: it is the
+centralised critic's view. A reward function whose signature names `round` or `position`
+receives both (0-based) at every turn.
 
 ### Replays
 
@@ -142,6 +172,11 @@ numeric under `numeric_infos` (PettingZoo's conversion writes the agent's name).
 - `stop_token_ids`: tokens that end a turn; default: the tokenizer's EOS (each agent's own).
 - `vocab_size`: action-space size; default `len(tokenizer)`. Both also take one value per agent.
 - `numeric_infos`: `True` gives infos with fixed numeric keys from `reset` on (see above).
+- `rounds`: times the chain plays (default 1); `later_templates`: one template per position for
+  the rounds after the first.
+- `prompt_fields`, `private_fields`: the prompt rows' fields templates may name, and those only
+  some positions may (`{field: positions}`).
+- `turn_rewards`: `True` rewards every turn at its end instead of the turns' sum at the episode end.
 
 ### Bad input
 
@@ -150,7 +185,9 @@ client whose policy returns floats, as Tianshou's `RandomActionPolicy` does, cas
 `int(action)`, or `np.asarray(actions).astype(np.int64)` in the batched form); a
 non-`None` action for a terminated agent, or a step after the episode ended, raises
 and says to `reset()`; a template naming an answer not there yet at its position, or a
-list of tokenizers that is not one per agent, raises when the environment is made; a
+list of tokenizers that is not one per agent, raises when the environment is made, as does `rounds` below 1, a template naming a turn not yet
+played (`{response_2_2}` in the pioneer's second turn) or a private field its position may not
+see; a prompt row without a field a template names raises naming the row and the field; a
 prompt that does not fit the context (with the earlier answers its template names) raises
 :class:`PromptTooLongError`; a reward function that raises or returns a wrong number of
 values, non-finite values or values that are not real numbers raises
@@ -161,7 +198,8 @@ values, non-finite values or values that are not real numbers raises
 - v0 (cory-env 0.1 to 0.3, unreleased): the environment described here. cory-env 0.2 refuses rewards that
   are not real numbers (bools, strings, None: 0.1 converted `"0.5"` to 0.5) and limits a reward
   call to `--reward-timeout` in the trainer; 0.3 adds the `answers` option of `reset` (a replay of
-  the last episode with the first answers given), which earlier versions ignored. With valid
+  the last episode with the first answers given), which earlier versions ignored, and rounds,
+  prompt and private fields and turn rewards, all off by default. With valid
   input every argument behaves as in 0.1, so the id stays `cory/PioneerObserver-v0`.
 """
 

@@ -71,6 +71,12 @@ def task_prompts(
     ``--task-file``), and the pioneer's template (the run's own, else the task's)."""
     run = TrainConfig(task=run) if isinstance(run, str) else run
     task = build_task(run)
+    if task.min_agents > 1:  # a model alone plays one position of a game it cannot win alone
+        raise UsageError(
+            f"--task {task.name} is a game of {task.min_agents} agents: a model answering alone scores nothing "
+            f"there. Its training run's metrics.csv has the team's success (reward_mean); evaluate a model alone "
+            f"on another task (--task sentiment)"
+        )
     return task.prompts(tokenizer, split=split, seed=seed, source=source), run.pioneer_template or task.pioneer_template
 
 

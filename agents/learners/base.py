@@ -104,6 +104,7 @@ class Episode:
             task_rewards=np.sum([t.task_reward for t in turns], axis=0).astype(np.float64),
             queries=[queries] if isinstance(queries, str) else list(queries),
             turns=len(turns),
+            extra={"turn_task_rewards": np.stack([np.asarray(t.task_reward, dtype=np.float64) for t in turns])},
         )
 
     @classmethod
@@ -150,7 +151,9 @@ def reward_metrics(episode: Episode, kl: float, kl_coef: float) -> dict[str, flo
     """The plotted metrics of an episode, given its KL (summed over the response, batch mean).
 
     ``reward_mean`` is what the learner received (the collective reward under CORY); over several
-    turns (``--rounds``) both rewards are per conversation, its turns summed.
+    turns (``--rounds``) both rewards are per conversation, its turns summed, and two more compare
+    with a game of one round: ``final_turn_task_reward_mean`` (the last turn's own score) and
+    ``kl_per_turn``.
 
     Example:
         >>> ep = Episode(torch.zeros(2, 3), torch.ones(2, 3), 1, np.array([1.0, 3.0]), np.array([0.0, 1.0]))
@@ -158,7 +161,7 @@ def reward_metrics(episode: Episode, kl: float, kl_coef: float) -> dict[str, flo
         0.3
     """
     task = episode.task_rewards
-    return {
+    metrics = {
         "task_reward_mean": float(task.mean()),
         "task_reward_std": float(task.std()),
         "reward_mean": float(episode.conversation_scores().mean()),
@@ -166,3 +169,7 @@ def reward_metrics(episode: Episode, kl: float, kl_coef: float) -> dict[str, flo
         "combined_reward": float(task.mean()) - kl_coef * float(kl),
         "kl_coef": float(kl_coef),
     }
+    if episode.turns > 1:
+        metrics["final_turn_task_reward_mean"] = float(episode.extra["turn_task_rewards"][-1].mean())
+        metrics["kl_per_turn"] = float(kl) / episode.turns
+    return metrics

@@ -390,9 +390,14 @@ class LMLearner:
         kl_sum = means.pop("kl")
         self.kl_ctl.update(means.pop("kl_penalty"), mask.shape[0] * dp.num_processes)
         if dp.is_distributed:
-            ep = dataclasses.replace(  # per conversation (its turns summed), every process's
-                ep, scores=dp.gather(ep.conversation_scores()), task_rewards=dp.gather(ep.task_rewards), turns=1
-            )
+            gathered = dict(scores=dp.gather(ep.scores), task_rewards=dp.gather(ep.task_rewards))
+            if ep.turns > 1:  # every process's conversations, turn by turn
+                turn_scores = ep.scores.reshape(ep.turns, -1)
+                gathered["scores"] = np.concatenate([dp.gather(row) for row in turn_scores])
+                gathered["extra"] = {
+                    "turn_task_rewards": np.stack([dp.gather(row) for row in ep.extra["turn_task_rewards"]])
+                }
+            ep = dataclasses.replace(ep, **gathered)
         return {**reward_metrics(ep, kl_sum, kl_coef), **means}
 
     def _grad_norm_stats(self) -> dict[str, float]:

@@ -136,8 +136,9 @@ class TrainConfig(
         names = self.learner_names()
         return dict(zip(names, self.model_list() or [self.model] * len(names), strict=True))
 
-    def template_list(self) -> list[str] | None:
-        """``--templates`` as a list of strings, one per agent (``None`` without it)."""
+    def template_list(self) -> list[str | list[str]] | None:
+        """``--templates`` as a list, one entry per agent: a string, or with ``--rounds R`` a list of
+        ``R`` strings, one per round (``None`` without it)."""
         if not self.templates:
             return None
         try:
@@ -146,8 +147,15 @@ class TrainConfig(
             raise UsageError(
                 f"--templates must be a JSON list of strings, one per agent, got {self.templates!r}: {exc}"
             ) from exc
-        if not isinstance(templates, list) or not all(isinstance(t, str) for t in templates):
-            raise UsageError(f"--templates must be a JSON list of strings, one per agent, got {self.templates!r}")
+
+        def one_entry(t: Any) -> bool:
+            return isinstance(t, str) or (isinstance(t, list) and all(isinstance(x, str) for x in t))
+
+        if not isinstance(templates, list) or not all(one_entry(t) for t in templates):
+            raise UsageError(
+                f"--templates must be a JSON list of strings, one per agent (with --rounds R an agent's entry may be "
+                f"a list of R strings, one per round), got {self.templates!r}"
+            )
         if len(templates) != self.chain_length():
             raise UsageError(
                 f"--templates lists {len(templates)} template(s) for a chain of {self.chain_length()} agent(s): give one per agent"

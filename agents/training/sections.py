@@ -50,7 +50,7 @@ class TaskConfig:
     )
     templates: str = flag(
         "",
-        'a chain\'s templates, one per agent, as a JSON list (e.g. \'["{query}", "{query}{response}", "{query}{responses}"]\': {response_k} is agent k\'s answer, {responses} all earlier ones); overrides --pioneer-template and --observer-template',
+        "a chain's templates, one per agent, as a JSON list (e.g. '[\"{query}\", \"{query}{response}\", \"{query}{responses}\"]': {response_k} is agent k's answer, {responses} all earlier ones); with --rounds R an agent's entry may be a list of R templates ({response_k_j}: agent k's answer in round j, {round}); overrides --pioneer-template and --observer-template",
     )
     reward: str = flag(
         "",

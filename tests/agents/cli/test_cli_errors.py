@@ -516,3 +516,53 @@ def test_cory_eval_names_the_prompt_source_as_cory_train_does(argv, capsys):
     with pytest.raises(SystemExit):  # the example's old name for the same setting
         play_episode["build_parser"]().parse_args(argv)
     assert "--source was retired in cory-env 0.3: use --prompt-source" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "flags, error",
+    [
+        (["--rounds", "0"], "--rounds must be a number at least 1"),
+        (["--rounds", "2", "--learner", "grpo", "--group-size", "2"], "--rounds 2 trains with --learner ppo"),
+        (["--algo", "ppo", "--task", "signal"], "--task signal is a game of 2 agents, but --algo ppo plays 1"),
+        (
+            ["--task", "signal", "--num-secrets", "9", "--prompt-source", "auto"],
+            "--num-secrets must be between 2 and 8",
+        ),
+        (
+            ["--rounds", "2", "--templates", '[["{query}", "{query}{response_2_2}"], "{query}{response}"]'],
+            "names {response_2_2}, agent 2's answer in round 2, which is not played before agent 1's turn in round 2",
+        ),
+        (
+            ["--task", "signal", "--prompt-source", "auto", "--observer-template", "{query} {secret}"],
+            "names {secret}, a private field that only position(s) 0 may see",
+        ),
+        (["--task", "signal", "--prompt-source", "auto", "--no-knowledge-transfer"], "a private field"),
+        (
+            ["--rounds", "3", "--templates", '["{query}", "{query}{responses}"]', "--context-length", "20"],
+            "(round 3)'s prompt has",
+        ),
+    ],
+    ids=[
+        "rounds-0",
+        "rounds-with-grpo",
+        "signal-alone",
+        "too-many-secrets",
+        "a-turn-not-yet-played",
+        "a-private-field",
+        "private-without-knowledge-transfer",
+        "context-too-short-for-3-rounds",
+    ],
+)
+def test_a_game_that_cannot_be_played(run, toy_model, tmp_path, flags, error):
+    code, err = run(cory_train.main, "cory-train", toy_args(toy_model, tmp_path, *flags))
+    assert code == 2, err[-2000:]
+    assert error in the_error(err, "cory-train")
+    assert not list(tmp_path.glob("checkpoints/iter_*")), "refused before the first iteration"
+
+
+def test_cory_eval_of_a_model_alone_in_a_game_of_two(run, toy_model, tmp_path):
+    args = ["--model", str(toy_model), "--task", "signal", "--num-prompts", "2", "--out", str(tmp_path / "eval.json")]
+    code, err = run(cory_eval.main, "cory-eval", args)
+    assert code == 2
+    assert the_error(err, "cory-eval").startswith("--task signal is a game of 2 agents")
+    assert not (tmp_path / "eval.json").exists()
