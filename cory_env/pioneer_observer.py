@@ -492,24 +492,30 @@ class PioneerObserverEnv(AECEnv):
         for turn in range(1, N * self.rounds):
             k, r = turn % N, turn // N
             texts = self._turn_texts(k, r, blank=turn)
-            role = self.possible_agents[k] if self.rounds == 1 else f"{self.possible_agents[k]} (round {r + 1})"
-            tokenize_fitting(
-                self.speaker(self.possible_agents[k]).tokenizer, texts, role, L, T, T * self._turn_slots[r][k]
-            )
+            tokenizer = self.speaker(self.possible_agents[k]).tokenizer
+            tokenize_fitting(tokenizer, texts, self._turn_name(k, r), L, T, T * self._turn_slots[r][k])
 
-    def _turn_texts(self, position: int, round: int, blank: int | None = None) -> list[str]:
-        """The prompts of ``position``'s turn in ``round``, one per conversation, from the turns played
-        so far (or, with ``blank``, as if that many turns had been played with empty answers)."""
+    def _turn_texts(
+        self, position: int, round: int, blank: int | None = None, prompts: Sequence[Prompt] | None = None
+    ) -> list[str]:
+        """The prompts of ``position``'s turn in ``round``, one per conversation (of the episode, or one
+        per prompt of ``prompts``), from the turns played so far (or, with ``blank``, as if that many
+        turns had been played with empty answers)."""
         template, named = self.round_templates[round][position], self._named_fields[round][position]
         N = len(self.possible_agents)
         texts = []
-        for b, (q, prompt) in enumerate(zip(self.queries, self.prompts)):
+        for b, prompt in enumerate(self.prompts if prompts is None else prompts):
             if blank is None:
                 history = [(k, r, answers[b]) for k, r, answers in self.history]
             else:
                 history = [(i % N, i // N, "") for i in range(blank)]
-            texts.append(render_turn(template, q, history, round, row_values(prompt, named, b)))
+            texts.append(render_turn(template, prompt.query, history, round, row_values(prompt, named, b)))
         return texts
+
+    def _turn_name(self, position: int, round: int) -> str:
+        """A turn in messages: its role, and its round in a game of several."""
+        role = self.possible_agents[position]
+        return role if self.rounds == 1 else f"{role} (round {round + 1})"
 
     def check_prompts(self, prompts: Sequence[Prompt | str] | None = None) -> None:
         """Check that every prompt fits the context with the longest responses (``max_new_tokens``'
@@ -531,11 +537,8 @@ class PioneerObserverEnv(AECEnv):
         turns = []
         for turn in range(N * self.rounds):
             k, r = turn % N, turn // N
-            template, named = self.round_templates[r][k], self._named_fields[r][k]
-            blank = [(i % N, i // N, "") for i in range(turn)]
-            texts = [render_turn(template, p.query, blank, r, row_values(p, named, b)) for b, p in enumerate(rows)]
-            role = self.possible_agents[k] if self.rounds == 1 else f"{self.possible_agents[k]} (round {r + 1})"
-            turns.append((role, texts, self._turn_slots[r][k]))
+            texts = self._turn_texts(k, r, blank=turn, prompts=rows)
+            turns.append((self._turn_name(k, r), texts, self._turn_slots[r][k]))
         check_chain_prompts_fit(turns, queries, tokenizers, self.context_length, self.max_new_tokens_range[1])
 
     def _start_turn(self, role: str, texts: list[str]) -> None:
