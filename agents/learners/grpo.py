@@ -38,6 +38,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from torch import nn
 from trl.trainer.utils import entropy_from_logits, selective_log_softmax
@@ -167,10 +168,14 @@ class GRPOLearner(LMLearner):
         return {"response": response, "response_mask": response_mask, **terms}
 
     # ------------------------------------------------------------------ learning
-    def learn(self, ep: Episode) -> dict[str, float]:
-        """One group-relative update on one batched episode; returns the iteration's statistics."""
+    def learn(self, ep: Episode, *, advantages: torch.Tensor | np.ndarray | None = None) -> dict[str, float]:
+        """One group-relative update on one batched episode; returns the iteration's statistics.
+
+        ``advantages`` (``(B,)``, one per conversation): a team learner's, used instead of the group-relative
+        ones (every token of a response gets its conversation's); the groups are then not required."""
         c = self.config
-        self._check_groups(ep)
+        if advantages is None:
+            self._check_groups(ep)
         self._refuse_non_finite_inputs(scores=ep.scores)
         B, T = ep.input_ids.shape[0], ep.response_width
         s = self._score_episode(ep)
@@ -179,7 +184,14 @@ class GRPOLearner(LMLearner):
         rewards = torch.tensor(ep.scores, dtype=torch.float32, device=self.device)
         if c.kl_penalty == "reward":
             rewards = rewards - kl_coef * s["kl"].sum(-1)
-        advantages = group_advantages(rewards, c.group_size, c.advantage, c.std_eps)
+        if advantages is None:
+            advantages = group_advantages(rewards, c.group_size, c.advantage, c.std_eps)
+        else:
+            advantages = torch.as_tensor(advantages, dtype=torch.float32, device=self.device)
+            if advantages.shape != (B,):
+                raise ValueError(
+                    f"advantages must be one value per conversation, shape ({B},), got {tuple(advantages.shape)}"
+                )
         self._refuse_non_finite_inputs(advantages=advantages)  # what every minibatch's loss reads
         token_advantages = advantages[:, None].expand(B, T)
 

@@ -181,11 +181,24 @@ class PPOLearner(LMLearner):
         }
 
     # ------------------------------------------------------------------ learning
-    def learn(self, ep: Episode, advantage_weights: torch.Tensor | np.ndarray | None = None) -> dict[str, float]:
+    def learn(
+        self,
+        ep: Episode,
+        advantage_weights: torch.Tensor | np.ndarray | None = None,
+        *,
+        advantages: torch.Tensor | np.ndarray | None = None,
+        returns: torch.Tensor | np.ndarray | None = None,
+    ) -> dict[str, float]:
         """One PPO update on one batched episode; returns the iteration's statistics.
 
         ``advantage_weights`` (``(B,)``, non-negative): each conversation's advantages are multiplied
-        by its weight after whitening: a team learner's (HAPPO's factor, :mod:`cory_agents.learners.happo`)."""
+        by its weight after whitening: a team learner's (HAPPO's factor, :mod:`cory_agents.learners.happo`).
+
+        ``advantages`` (``(rows, T)`` over the response tokens, as the episode's rows): a team learner's
+        (MAPPO's GAE from a shared critic), used instead of this learner's own GAE, whitened likewise
+        (``whiten_advantages``); padding is ignored. ``returns`` (same shape), given with them, are the
+        targets of this learner's value head; without them its value head is left out of the update
+        (no value loss): the team's critic replaces it."""
         c = self.config
         B, T = ep.input_ids.shape[0], ep.response_width
         if B % c.mini_batch(B):
@@ -205,9 +218,15 @@ class PPOLearner(LMLearner):
         kl_coef = self.kl_ctl.value
         rewards = token_rewards(scores, s["kl"], mask, kl_coef)
 
-        # 3. Advantages: GAE over the response (over an agent's turns, across them), whitened over the
-        # batch (and the processes).
-        if ep.turns == 1:
+        # 3. Advantages: GAE over the response (over an agent's turns, across them), or the team's,
+        # whitened over the batch (and the processes).
+        own_critic = advantages is None
+        if advantages is not None:
+            advantages = self._given(advantages, mask, "advantages")
+            returns = None if returns is None else self._given(returns, mask, "returns")
+        elif returns is not None:
+            raise ValueError("returns are the targets of given advantages: pass advantages with them")
+        elif ep.turns == 1:
             advantages, returns = gae(rewards, s["values"], mask, c.gamma, c.lam)
         else:
             advantages, returns = gae_over_turns(rewards, s["values"], mask, ep.turns, c.gamma, c.lam)
@@ -216,14 +235,18 @@ class PPOLearner(LMLearner):
         if advantage_weights is not None:
             weights = torch.as_tensor(advantage_weights, dtype=advantages.dtype, device=self.device)
             advantages = advantages * weights[:, None]
-        self._refuse_non_finite_inputs(advantages=advantages, returns=returns)  # what every minibatch's loss reads
+        checked = {"advantages": advantages} if returns is None else {"advantages": advantages, "returns": returns}
+        self._refuse_non_finite_inputs(**checked)  # what every minibatch's loss reads
 
         # 4. Epochs x shuffled minibatches: clipped policy loss + vf_coef x clipped value loss.
         def minibatch_loss(idx: torch.Tensor, logits: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, dict]:
             new_logprobs = selective_log_softmax(logits, response[idx])
             m = mask[idx]
             pg_loss, pg_stats = policy_loss(new_logprobs, s["logprobs"][idx], advantages[idx], m, c.cliprange)
-            vf_loss, vf_stats = value_loss(values, s["values"][idx], returns[idx], m, c.cliprange_value)
+            if returns is None:  # a team's critic in place of this learner's value head
+                vf_loss = torch.zeros((), device=pg_loss.device)
+            else:
+                vf_loss, _ = value_loss(values, s["values"][idx], returns[idx], m, c.cliprange_value)
             with torch.no_grad():
                 stats = {
                     "policy_loss": pg_loss.item(),
@@ -237,8 +260,21 @@ class PPOLearner(LMLearner):
         stats = self._update(self.passes.minibatches(self, ids, attn, T), minibatch_loss)
 
         # 5. The KL controller adapts to the KL just measured; the statistics, over all processes.
-        explained = float(explained_variance(s["values"], returns, mask))  # of the values acted on
-        return self._statistics(ep, s, mask, kl_coef, {"explained_variance": explained, **stats})
+        if returns is not None and own_critic:
+            stats = {"explained_variance": float(explained_variance(s["values"], returns, mask)), **stats}
+        elif returns is not None:
+            stats = {"value_head_explained_variance": float(explained_variance(s["values"], returns, mask)), **stats}
+        return self._statistics(ep, s, mask, kl_coef, stats)
+
+    def _given(self, values: torch.Tensor | np.ndarray, mask: torch.Tensor, name: str) -> torch.Tensor:
+        """A team learner's ``(rows, T)`` per-token values on this device, zero at padding, checked."""
+        given = torch.as_tensor(values, dtype=torch.float32, device=self.device)
+        if given.shape != mask.shape:
+            raise ValueError(
+                f"{name} must have one value per response token of the episode, shape {tuple(mask.shape)}, "
+                f"got {tuple(given.shape)}"
+            )
+        return given * mask
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:

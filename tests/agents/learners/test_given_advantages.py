@@ -1,0 +1,101 @@
+"""A team learner hands its members advantages (and returns): PPO and GRPO learn from them as from their own."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from cory_agents.algorithms.advantages import gae, group_advantages
+from cory_agents.algorithms.kl import token_rewards
+from cory_agents.learners.base import Episode
+from cory_agents.learners.grpo import GRPOConfig, GRPOLearner
+from cory_agents.learners.ppo import PPOConfig, PPOLearner
+from cory_agents.learners.value_model import CausalLMWithValueHead
+from cory_env.models import load_causal_lm
+
+B, W, T = 4, 9, 5
+
+
+def episode() -> Episode:
+    torch.manual_seed(0)
+    ids = torch.randint(3, 18, (B, W))
+    mask = torch.ones(B, W, dtype=torch.long)
+    mask[0, :3] = 0  # left padding
+    mask[1, -2:] = 0  # a response that ended early
+    scores = np.array([1.0, 0.0, 0.5, 0.2])
+    return Episode(ids, mask, T, scores=scores, task_rewards=scores.copy())
+
+
+def ppo(toy_model) -> PPOLearner:
+    reference = load_causal_lm(str(toy_model)).requires_grad_(False)
+    torch.manual_seed(1)
+    config = PPOConfig(mini_batch_size=2, ppo_epochs=2, lr=1e-3)
+    return PPOLearner(CausalLMWithValueHead(load_causal_lm(str(toy_model))), reference, config, seed=3)
+
+
+def own_gae(learner: PPOLearner, ep: Episode) -> tuple[torch.Tensor, torch.Tensor]:
+    """The advantages and returns the learner computes itself (PPO's steps 1-3, before whitening)."""
+    ids, attn = ep.input_ids, ep.attention_mask
+    response, mask = ids[:, -T:], attn[:, -T:].float()
+    ref_logits = learner._reference_logits(ids, attn, T)
+    old_logits, old_values = learner.passes.score(learner, ids, attn, T)
+    s = learner._score(old_logits, old_values, ref_logits, response, mask)
+    rewards = token_rewards(learner._process_scores(ep.scores), s["kl"], mask, learner.kl_ctl.value)
+    return gae(rewards, s["values"], mask, learner.config.gamma, learner.config.lam)
+
+
+def test_ppo_given_its_own_advantages_and_returns_makes_the_same_update(toy_model):
+    ep = episode()
+    alone, told = ppo(toy_model), ppo(toy_model)
+    advantages, returns = own_gae(told, ep)
+    stats_alone = alone.learn(ep)
+    stats_told = told.learn(ep, advantages=advantages, returns=returns)
+    for name, weight in alone.trainable_state_dict().items():
+        assert torch.equal(weight, told.trainable_state_dict()[name]), name
+    assert stats_told["policy_loss"] == stats_alone["policy_loss"]
+    assert stats_told["value_loss"] == stats_alone["value_loss"]
+
+
+def test_ppo_given_advantages_without_returns_leaves_its_value_head_alone(toy_model):
+    ep = episode()
+    learner = ppo(toy_model)
+    before = learner.trainable_state_dict()
+    advantages = torch.zeros(B, T)
+    advantages[:, 0] = torch.tensor([1.0, -1.0, 2.0, -2.0])  # only the first token of each answer matters
+    stats = learner.learn(ep, advantages=advantages)
+    after = learner.trainable_state_dict()
+    head = [n for n in after if n.startswith("v_head.")]
+    assert head and all(torch.equal(after[n], before[n]) for n in head)
+    assert any(not torch.equal(after[n], before[n]) for n in after if n.startswith("lm."))
+    assert stats["value_loss"] == 0.0 and "explained_variance" not in stats
+
+
+def test_ppo_refuses_given_values_of_the_wrong_shape_or_returns_alone(toy_model):
+    learner, ep = ppo(toy_model), episode()
+    with pytest.raises(ValueError, match=r"advantages must have one value per response token.*\(4, 5\)"):
+        learner.learn(ep, advantages=torch.zeros(B, T + 1))
+    with pytest.raises(ValueError, match="pass advantages with them"):
+        learner.learn(ep, returns=torch.zeros(B, T))
+
+
+def grpo(toy_model) -> GRPOLearner:
+    reference = load_causal_lm(str(toy_model)).requires_grad_(False)
+    torch.manual_seed(1)
+    config = GRPOConfig(mini_batch_size=2, ppo_epochs=2, lr=1e-3, group_size=2)
+    return GRPOLearner(load_causal_lm(str(toy_model)), reference, config, seed=3)
+
+
+def test_grpo_given_its_group_advantages_makes_the_same_update(toy_model):
+    ep = episode()
+    ep.queries = ["a", "a", "b", "b"]
+    alone, told = grpo(toy_model), grpo(toy_model)
+    config = told.config
+    assert config.kl_penalty != "reward"  # its advantages are then the scores' alone
+    advantages = group_advantages(torch.tensor(ep.scores, dtype=torch.float32), 2, config.advantage, config.std_eps)
+    alone.learn(ep)
+    told.learn(ep, advantages=advantages)
+    for name, weight in alone.trainable_state_dict().items():
+        assert torch.equal(weight, told.trainable_state_dict()[name]), name
+    with pytest.raises(ValueError, match=r"one value per conversation, shape \(4,\)"):
+        told.learn(ep, advantages=torch.zeros(B, T))
