@@ -61,7 +61,13 @@ def summary(root: Path, kind: str) -> dict:
     curves = [curve(run_dir(root, kind, s)) for s in SEEDS if iterations_done(run_dir(root, kind, s)) >= iterations]
     starts = [float(c[:WINDOW].mean()) for c in curves]
     ends = [float(c[-WINDOW:].mean()) for c in curves]
-    return {"seeds": len(curves), "start": over_seeds(starts), "end": over_seeds(ends), "curves": curves}
+    return {
+        "seeds": len(curves),
+        "start": over_seeds(starts),
+        "end": over_seeds(ends),
+        "ends": ends,
+        "curves": curves,
+    }
 
 
 def learner_mean(out: Path, metric: str) -> float:
@@ -170,6 +176,13 @@ def report(root: Path, kinds: list[str]) -> str:
             "|---|---|---|",
             f"| first {WINDOW} iterations | {fmt(s['mean'])} | [{fmt(s['low'])}, {fmt(s['high'])}] |",
             f"| last {WINDOW} iterations | {fmt(e['mean'])} | [{fmt(e['low'])}, {fmt(e['high'])}] |",
+            "",
+            f"Last {WINDOW} iterations by seed: {', '.join(fmt(v) for v in result['ends']) or 'none yet'}"
+            + (
+                f" (chance {fmt(chance)}: {sum(v > chance for v in result['ends'])} of {result['seeds']} above)."
+                if chance
+                else "."
+            ),
             "",
         ]
         if result["seeds"]:
