@@ -39,11 +39,12 @@ SEEDS = (0, 1, 2)
 #: run kind -> (its flags, iterations, what its curve shows)
 RUNS: dict[str, tuple[list[str], int, str]] = {
     "signal": (["--algo", "cory", "--task", "signal", "--batch-size", "32"], 60, "success rate"),
-    "sentiment-2-rounds": (["--algo", "cory", "--task", "sentiment", "--rounds", "2"], 60, "collective reward"),
+    "sentiment-2-rounds": (["--algo", "cory", "--task", "sentiment", "--rounds", "2"], 30, "collective reward"),
 }
 COMMON = ["--checkpoint-every", "5", "--report-to", "none", "--save-model", "false", "--samples-per-iteration", "4"]
 WINDOW = 5  # iterations averaged at the start and the end of a curve
-#: The frontier study's archived runs at the training defaults (KL coefficient 0.05, 60 iterations).
+#: The frontier study's archived runs at the training defaults (KL coefficient 0.05, 60 iterations), read
+#: over the same iterations as the two-round runs (a round costs a turn's time: two rounds, twice an iteration's).
 FRONTIER_RUNS = REPO / "docs" / "frontier" / "runs"
 
 
@@ -70,17 +71,18 @@ def summary(root: Path, kind: str) -> dict:
     }
 
 
-def learner_mean(out: Path, metric: str) -> float:
-    """The mean over a run's learners of ``metric`` over its last :data:`WINDOW` iterations."""
-    df = read_metrics(out)
+def learner_mean(out: Path, metric: str, iterations: int) -> float:
+    """The mean over a run's learners of ``metric`` over the last :data:`WINDOW` of its first ``iterations``."""
+    df = read_metrics(out).head(iterations)
     columns = [c for c in df.columns if c.endswith(f"/{metric}")]
     return float(df[columns].tail(WINDOW).mean(axis=1).mean())
 
 
 def frontier_point(root: Path) -> str:
     """The two-round sentiment game's end point beside one-round CORY's and PPO's at the training
-    defaults (the frontier study's runs): the final turn's task reward and the KL per turn, the
-    last :data:`WINDOW` iterations, over seeds."""
+    defaults (the frontier study's runs, at the same iteration): the final turn's task reward and the
+    KL per turn, the last :data:`WINDOW` iterations, over seeds."""
+    iterations = RUNS["sentiment-2-rounds"][1]
     rows = []
     for name, folder, reward, kl in (
         ("PPO, 1 round", lambda s: FRONTIER_RUNS / f"ppo-kl0.05-seed{s}", "task_reward_mean", "kl"),
@@ -92,19 +94,19 @@ def frontier_point(root: Path) -> str:
             "kl_per_turn",
         ),
     ):
-        runs = [folder(s) for s in SEEDS if iterations_done(folder(s)) >= 60]
+        runs = [folder(s) for s in SEEDS if iterations_done(folder(s)) >= iterations]
         if not runs:
             continue
-        r = over_seeds([learner_mean(out, reward) for out in runs])
-        k = over_seeds([learner_mean(out, kl) for out in runs])
+        r = over_seeds([learner_mean(out, reward, iterations) for out in runs])
+        k = over_seeds([learner_mean(out, kl, iterations) for out in runs])
         rows.append(
             f"| {name} | {len(runs)} | {fmt(r['mean'])} [{fmt(r['low'])}, {fmt(r['high'])}] "
             f"| {fmt(k['mean'])} [{fmt(k['low'])}, {fmt(k['high'])}] |"
         )
     head = [
-        "Beside one round at the same settings (the frontier study's runs at KL coefficient 0.05, 60 iterations):",
-        "the last answer's task reward and the KL per answer, last "
-        f"{WINDOW} iterations, mean of the learners, 95% interval over seeds.",
+        f"Beside one round at the same settings (the frontier study's runs at KL coefficient 0.05, their first "
+        f"{iterations} iterations): the last answer's task reward and the KL per answer, iterations "
+        f"{iterations - WINDOW}-{iterations - 1}, mean of the learners, 95% interval over seeds.",
         "",
         "| game | seeds | task reward of the last answer | KL per answer |",
         "|---|---|---|---|",
