@@ -219,22 +219,19 @@ from cory_env.context import (
     PlayedTurn,
     PromptTooLongError,  # noqa: F401 (raised by reset and check_prompts; exported from here)
     Turn,
-    check_chain_prompts_fit,
     check_context_length,
     empty_context,
     new_token_range,
     tokenize_fitting,
 )
+from cory_env.episode_record import EpisodeRecord
 from cory_env.parallel import to_parallel
 from cory_env.prompts import (
     Prompt,
     PromptList,
     PromptSource,
     as_prompt_source,
-    check_rows_have_fields,
     metadata_lists,
-    row_fields,
-    row_values,
 )
 from cory_env.rewards.base import RewardFunction, score_responses, takes_turn
 from cory_env.spaces import agent_spaces, as_token_ids, state_space
@@ -247,16 +244,11 @@ from cory_env.templates import (  # noqa: F401 (OBSERVER, ROLES: the chain's nam
     SENTIMENT_PIONEER,
     Template,
     chain_roles,
-    chain_templates,
-    check_private_fields,
     check_rounds,
     given_answers,
-    named_row_fields,
-    render_turn,
-    response_slots,
-    rounds_text,
     transcript_text,
 )
+from cory_env.turn_prompts import TurnPrompts
 from cory_env.wrappers.order_enforcing import OrderEnforcingWrapper
 
 
@@ -352,10 +344,8 @@ class PioneerObserverEnv(AECEnv):
         self.num_conversations = num_conversations or 1
         self.max_new_tokens_range = new_token_range(max_new_tokens)
         self.context_length = int(context_length)
-        self.private_fields = check_private_fields(private_fields, roles)
-        self.prompt_fields = row_fields(self.prompt_source, prompt_fields, self.private_fields)
-        #: The template of every turn, ``[round][position]``; ``templates`` is the first round's.
-        self.round_templates = chain_templates(
+        #: How each turn is prompted (:class:`~cory_env.turn_prompts.TurnPrompts`): its template, ``[round][position]``.
+        self.turn_prompts = TurnPrompts(
             roles,
             templates,
             pioneer_template,
@@ -363,20 +353,13 @@ class PioneerObserverEnv(AECEnv):
             knowledge_transfer,
             rounds=self.rounds,
             later_templates=later_templates,
-            prompt_fields=self.prompt_fields,
-            private_fields=self.private_fields,
+            prompt_source=self.prompt_source,
+            prompt_fields=prompt_fields,
+            private_fields=private_fields,
         )
+        self.round_templates = self.turn_prompts.table
         self.templates = self.round_templates[0]
-        N = len(roles)
-        # Room each turn's prompt keeps for the earlier answers it names, in units of max_new_tokens.
-        self._turn_slots = [
-            [response_slots(t, k, r * N + k) if knowledge_transfer else 0 for k, t in enumerate(row)]
-            for r, row in enumerate(self.round_templates)
-        ]
-        self._answer_slots = self._turn_slots[0]
-        # The prompt-row fields each turn's template names: a row without one is refused.
-        self._named_fields = [[named_row_fields(t, self.prompt_fields) for t in row] for row in self.round_templates]
-        check_rows_have_fields(self.prompt_source, self._named_fields)
+        self._answer_slots = self.turn_prompts.slots[0]
         self.turn_rewards = turn_rewards
         self._reward_takes_turn = takes_turn(reward_fn)
         self.pioneer_template = self.templates[0]
@@ -457,7 +440,6 @@ class PioneerObserverEnv(AECEnv):
         self.terminations = {a: False for a in self.agents}
         self.truncations = {a: False for a in self.agents}
         self.infos = {a: self._initial_info(a) for a in self.agents}
-        self._transcript: dict[str, dict[str, Any]] = {a: {"role": a} for a in self.agents}
         self._agent_selector = AgentSelector(self.agents)
         self.agent_selection = self._agent_selector.reset()
         self._skip_agent_selection = None
@@ -472,50 +454,27 @@ class PioneerObserverEnv(AECEnv):
             self._metadata = metadata_lists(self.prompts)  # reward-function keyword lists, once per episode
         self.task_rewards: dict[str, np.ndarray] = {}
         self.responses: dict[str, list[str]] = {}
-        #: The turns played so far, in order: ``(position, round, answers)`` (0-based; answers per conversation).
-        self.history: list[tuple[int, int, list[str]]] = []
+        #: This episode's turns, their rewards and transcript (:class:`~cory_env.episode_record.EpisodeRecord`).
+        self.record = EpisodeRecord(self.agents, self.rounds, self.batched)
         for i, answers in enumerate(given):
             self.responses[self.possible_agents[i % N]] = answers
-            self.history.append((i % N, i // N, answers))
+            self.record.history.append((i % N, i // N, answers))
         self._turns: dict[str, Turn] = {}
-        self._played: dict[str, list[PlayedTurn]] = {a: [] for a in self.agents}
         self._turn_ended: str | None = None
         self.round = len(given) // N
         self.episode_over = False
 
         position = len(given) % N
-        self._start_turn(self.possible_agents[position], self._turn_texts(position, self.round))
+        self._start_turn(self.possible_agents[position], self._turn_texts(position))
         self.agent_selection = self.possible_agents[position]
         # A later turn's prompt grows with the earlier answers: check the worst case now
         # rather than fail in the middle of the episode.
-        L, T = self.context_length, self.max_new_tokens
-        for turn in range(1, N * self.rounds):
-            k, r = turn % N, turn // N
-            texts = self._turn_texts(k, r, blank=turn)
-            tokenizer = self.speaker(self.possible_agents[k]).tokenizer
-            tokenize_fitting(tokenizer, texts, self._turn_name(k, r), L, T, T * self._turn_slots[r][k])
+        tokenizers = [self.speaker(a).tokenizer for a in self.possible_agents]
+        self.turn_prompts.check_episode(self.prompts, tokenizers, self.context_length, self.max_new_tokens)
 
-    def _turn_texts(
-        self, position: int, round: int, blank: int | None = None, prompts: Sequence[Prompt] | None = None
-    ) -> list[str]:
-        """The prompts of ``position``'s turn in ``round``, one per conversation (of the episode, or one
-        per prompt of ``prompts``), from the turns played so far (or, with ``blank``, as if that many
-        turns had been played with empty answers)."""
-        template, named = self.round_templates[round][position], self._named_fields[round][position]
-        N = len(self.possible_agents)
-        texts = []
-        for b, prompt in enumerate(self.prompts if prompts is None else prompts):
-            if blank is None:
-                history = [(k, r, answers[b]) for k, r, answers in self.history]
-            else:
-                history = [(i % N, i // N, "") for i in range(blank)]
-            texts.append(render_turn(template, prompt.query, history, round, row_values(prompt, named, b)))
-        return texts
-
-    def _turn_name(self, position: int, round: int) -> str:
-        """A turn in messages: its role, and its round in a game of several."""
-        role = self.possible_agents[position]
-        return role if self.rounds == 1 else f"{role} (round {round + 1})"
+    def _turn_texts(self, position: int) -> list[str]:
+        """The prompts of ``position``'s turn in the current round, from the turns played so far."""
+        return self.turn_prompts.texts(position, self.round, self.prompts, self.record.history)
 
     def check_prompts(self, prompts: Sequence[Prompt | str] | None = None) -> None:
         """Check that every prompt fits the context with the longest responses (``max_new_tokens``'
@@ -531,15 +490,8 @@ class PioneerObserverEnv(AECEnv):
                 return
             prompts = self.prompt_source.prompts
         rows = [p if isinstance(p, Prompt) else Prompt(str(p)) for p in prompts]
-        queries = [p.query for p in rows]
         tokenizers = list({id(s.tokenizer): s.tokenizer for s in self._speakers}.values())  # any may sit anywhere
-        N = len(self.possible_agents)
-        turns = []
-        for turn in range(N * self.rounds):
-            k, r = turn % N, turn // N
-            texts = self._turn_texts(k, r, blank=turn, prompts=rows)
-            turns.append((self._turn_name(k, r), texts, self._turn_slots[r][k]))
-        check_chain_prompts_fit(turns, queries, tokenizers, self.context_length, self.max_new_tokens_range[1])
+        self.turn_prompts.check_all(rows, tokenizers, self.context_length, self.max_new_tokens_range[1])
 
     def _start_turn(self, role: str, texts: list[str]) -> None:
         """Tokenize the role's prompts and lay them out for its turn (:class:`~cory_env.context.Turn`)."""
@@ -612,24 +564,9 @@ class PioneerObserverEnv(AECEnv):
         scores = score_responses(self.reward_fn, self.queries, responses, metadata)
         self.responses[agent] = responses
         self.task_rewards[agent] = scores
-        self.history.append((position, round, responses))
         ids, mask = turn.columns()
-        self._played[agent].append(
-            PlayedTurn(round, position, ids, mask, turn.t, n.copy(), scores, np.zeros(self.num_conversations))
-        )
-        ended = dict(
-            query=self._unbatch(list(self.queries)),
-            context=self._unbatch(turn.prompt_texts),
-            response=self._unbatch(responses),
-            response_length=self._unbatch(n.copy()),
-            task_reward=self._unbatch(scores),
-        )
-        if self.rounds > 1:
-            ended["round"] = round
-            self._transcript[agent].setdefault("turns", []).append(
-                dict(ended, reward=self._unbatch(np.zeros_like(scores)))
-            )
-        self._transcript[agent].update(ended)
+        played = PlayedTurn(round, position, ids, mask, turn.t, n.copy(), scores, np.zeros(self.num_conversations))
+        ended = self.record.add(agent, played, responses, query=list(self.queries), context=turn.prompt_texts)
         if self.numeric_infos:
             self.infos[agent].update(
                 response_length=self._unbatch(n.copy()), task_reward=self._unbatch(np.array(scores, dtype=np.float64))
@@ -643,22 +580,25 @@ class PioneerObserverEnv(AECEnv):
         following = round * N + position + 1
         if following < N * self.rounds:  # the next turn, with the earlier answers in its prompt
             k, self.round = following % N, following // N
-            self._start_turn(self.possible_agents[k], self._turn_texts(k, self.round))
+            self._start_turn(self.possible_agents[k], self._turn_texts(k))
             self.agent_selection = self.possible_agents[k]
         else:
             self.episode_over = True
-            self._last_transcript = self._transcript  # deliver_rewards adds the rewards to it
+            self._last_transcript = self.record.transcript  # deliver_rewards adds the rewards to it
             if not self.turn_rewards:
                 self.deliver_rewards(self.episode_task_rewards())
             self.terminations = {a: True for a in self.agents}
             self.agent_selection = self._agent_selector.reset()  # dead steps, pioneer first
 
+    @property
+    def history(self) -> list[tuple[int, int, list[str]]]:
+        """The turns played so far in this episode, in order: ``(position, round, answers)`` (0-based)."""
+        return self.record.history
+
     def episode_task_rewards(self) -> dict[str, np.ndarray]:
         """Each agent's task rewards of this episode, per conversation: its turns' scores summed
         (in one round, its only turn's)."""
-        if self.rounds == 1:
-            return dict(self.task_rewards)
-        return {a: np.sum([t.task_reward for t in turns], axis=0) for a, turns in self._played.items() if turns}
+        return self.record.task_totals()
 
     @property
     def turn_ended(self) -> str | None:
@@ -670,7 +610,7 @@ class PioneerObserverEnv(AECEnv):
         """``agent``'s (a role's) finished turns of this episode, in order, with the reward each
         received (:class:`~cory_env.context.PlayedTurn`): what a learner takes from an episode of
         several rounds."""
-        return list(self._played.get(agent, []))
+        return list(self.record.turns.get(agent, []))
 
     def deliver_turn_rewards(self, rewards: Mapping[str, np.ndarray]) -> None:
         """Set what agents receive at the end of the turn just played (per conversation), each
@@ -684,18 +624,14 @@ class PioneerObserverEnv(AECEnv):
                 "no turn ended in the last step: deliver turn rewards right after the step that ends one"
             )
         for agent, values in rewards.items():
-            if agent not in self.agents or not self._played.get(agent):
-                raise RuntimeError(f"{agent!r} has no finished turn in this episode to credit a reward to")
+            if agent not in self.agents:
+                raise RuntimeError(f"{agent!r} has left the episode: deliver its reward before its final step")
             values = np.asarray(values, dtype=np.float64).reshape(self.num_conversations)
+            self.record.credit(agent, values)
             mean = float(values.mean())
             self._cumulative_rewards[agent] += mean - self.rewards.get(agent, 0.0)
             self.rewards[agent] = mean
-            self._played[agent][-1].reward = values
             self.infos[agent]["reward"] = self._unbatch(values)
-            if self.rounds > 1:
-                self._transcript[agent]["turns"][-1]["reward"] = self._unbatch(values.copy())
-            totals = np.sum([t.reward for t in self._played[agent]], axis=0)
-            self._transcript[agent]["reward"] = self._unbatch(totals)
 
     def deliver_rewards(self, rewards: Mapping[str, np.ndarray]) -> None:
         """Set what each agent receives for this episode (per conversation).
@@ -715,11 +651,7 @@ class PioneerObserverEnv(AECEnv):
             self.rewards[agent] = mean
             self._cumulative_rewards[agent] = mean
             self.infos[agent]["reward"] = self._unbatch(values)
-            self._transcript[agent]["reward"] = self._unbatch(values.copy())
-            if played := self._played.get(agent):  # the episode's reward comes with the agent's last turn
-                played[-1].reward = values
-                if self.rounds > 1:
-                    self._transcript[agent]["turns"][-1]["reward"] = self._unbatch(values.copy())
+            self.record.credit(agent, values)  # with the agent's last turn
 
     @property
     def last_transcript(self) -> dict[str, dict[str, Any]] | None:
@@ -755,7 +687,7 @@ class PioneerObserverEnv(AECEnv):
             gymnasium.logger.warn("render() called without render_mode; pass render_mode='human' or 'ansi'")
             return None
         if self.rounds > 1:
-            text = rounds_text(self.queries, self.possible_agents, self.history, self._played)
+            text = self.record.text(self.queries, self.possible_agents)
         else:
             text = transcript_text(self.queries, self.possible_agents, self.responses, self.task_rewards)
         if self.render_mode == "human":

@@ -50,7 +50,8 @@ from cory_agents.learners.lm import flag
 from cory_agents.learners.ppo import Episode, PPOLearner
 from cory_agents.training.build import resolve_device
 from cory_agents.training.checkpoint import latest_checkpoint, load_checkpoint
-from cory_agents.training.config import TrainConfig, build_task, upgrade_settings, with_task_defaults
+from cory_agents.training.config import TrainConfig, build_task, with_task_defaults
+from cory_agents.training.resumable import upgrade_settings
 from cory_agents.training.trainer import Trainer
 from cory_env import env
 from cory_env.errors import UsageError

@@ -59,7 +59,6 @@ from cory_agents.training.config import (
     ALGOS,
     TrainConfig,
     apply_preset,
-    changed_settings,
     learner_section,
     learners_taking,
     resolve,
@@ -67,6 +66,7 @@ from cory_agents.training.config import (
 )
 from cory_agents.training.ownership import check_out_folder, check_run_removable, refuse, remove_if_empty, remove_run
 from cory_agents.training.registry import LEARNERS
+from cory_agents.training.resumable import changed_settings
 from cory_agents.training.trainer import Trainer
 from cory_env.errors import UsageError
 

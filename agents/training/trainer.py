@@ -47,12 +47,13 @@ from cory_agents.training.checkpoint import (
     load_latest,
     save_checkpoint,
 )
-from cory_agents.training.config import TrainConfig, check_resumable, resolve
+from cory_agents.training.config import TrainConfig, resolve
 from cory_agents.training.export import MODEL_DIR, save_policies
 from cory_agents.training.interrupt import StopRequests
 from cory_agents.training.metrics import MetricsLogger
 from cory_agents.training.ownership import check_run_folder, remove_checkpoints
 from cory_agents.training.plots import plot_run
+from cory_agents.training.resumable import check_resumable
 from cory_agents.training.run_lock import RunExistsError, RunLock
 from cory_env.errors import UsageError
 from cory_env.prompts import PromptSource
