@@ -13,7 +13,7 @@ Example:
     >>> record = EpisodeRecord(["pioneer"], rounds=1, batched=False)
     >>> turn = PlayedTurn(0, 0, np.zeros((1, 3), dtype=int), np.ones((1, 3), dtype=int), 1, np.array([1]),
     ...                   np.array([0.5]), np.zeros(1))
-    >>> record.add("pioneer", turn, ["a good film"], query=["The"], context=["The"])
+    >>> ended = record.add("pioneer", turn, ["a good film"], query=["The"], context=["The"])
     >>> record.credit("pioneer", np.array([2.0]))
     >>> record.transcript["pioneer"]["response"], float(record.transcript["pioneer"]["reward"])
     ('a good film', 2.0)
