@@ -60,7 +60,7 @@ game's `secret`) may be named in templates (`prompt_fields`, by default a prompt
 observation, info or context ever holds it: what it learns of the secret comes through the
 earlier agents' answers. `state()` holds every agent's context, the secret included: it is the
 centralised critic's view. A reward function whose signature names `round` or `position`
-receives both (0-based) at every turn.
+receives what it names (both if it also takes `**kwargs`), 0-based, at every turn.
 
 ### Replays
 
@@ -233,7 +233,7 @@ from cory_env.prompts import (
     as_prompt_source,
     metadata_lists,
 )
-from cory_env.rewards.base import RewardFunction, score_responses, takes_turn
+from cory_env.rewards.base import RewardFunction, score_responses, turn_keywords
 from cory_env.spaces import agent_spaces, as_token_ids, state_space
 from cory_env.speakers import Speaker, check_seating, make_speakers
 from cory_env.templates import (  # noqa: F401 (OBSERVER, ROLES: the chain's names, exported from here)
@@ -361,7 +361,7 @@ class PioneerObserverEnv(AECEnv):
         self.templates = self.round_templates[0]
         self._answer_slots = self.turn_prompts.slots[0]
         self.turn_rewards = turn_rewards
-        self._reward_takes_turn = takes_turn(reward_fn)
+        self._reward_turn_keywords = turn_keywords(reward_fn)
         self.pioneer_template = self.templates[0]
         self.observer_template = self.templates[1] if len(roles) > 1 else observer_template
         self.knowledge_transfer = knowledge_transfer
@@ -559,8 +559,8 @@ class PioneerObserverEnv(AECEnv):
         n = turn.response_length
         responses = self.speaker(agent).tokenizer.batch_decode(turn.response_ids(), skip_special_tokens=True)
         metadata = self._metadata
-        if self._reward_takes_turn:  # a reward that scores every turn is told which one
-            metadata = {**metadata, "round": round, "position": position}
+        if keys := self._reward_turn_keywords:  # a reward that scores every turn is told which one
+            metadata = {**metadata, **{k: v for k, v in (("round", round), ("position", position)) if k in keys}}
         scores = score_responses(self.reward_fn, self.queries, responses, metadata)
         self.responses[agent] = responses
         self.task_rewards[agent] = scores

@@ -135,10 +135,11 @@ def score_responses(
 TURN_KEYWORDS = ("round", "position")
 
 
-def takes_turn(fn: Any) -> bool:
-    """Whether a reward function scores every turn: its signature names ``round`` or ``position``
-    (a :class:`~cory_env.rewards.registry.CheckedReward` or ``functools.partial`` is looked
-    through). The environment then passes both; other functions are called as before."""
+def turn_keywords(fn: Any) -> tuple[str, ...]:
+    """The turn keywords a reward function takes (it scores every turn): those of ``round`` and
+    ``position`` its signature names, or both if it names one and takes ``**kwargs`` too (a
+    :class:`~cory_env.rewards.registry.CheckedReward` or ``functools.partial`` is looked through).
+    The environment passes them; a function that names neither is called as before."""
     while True:
         inner = getattr(fn, "fn", None) or getattr(fn, "func", None)
         if inner is None or inner is fn:
@@ -147,10 +148,16 @@ def takes_turn(fn: Any) -> bool:
     try:
         parameters = inspect.signature(fn).parameters
     except (TypeError, ValueError):
-        return False
-    return any(
-        name in TURN_KEYWORDS and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for name, p in parameters.items()
+        return ()
+    named = tuple(
+        name
+        for name in TURN_KEYWORDS
+        if name in parameters
+        and parameters[name].kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     )
+    if named and any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        return TURN_KEYWORDS
+    return named
 
 
 def _call_with_deadline(

@@ -1006,3 +1006,14 @@ def test_a_reward_naming_one_of_the_turn_keywords_gets_both():
 
     _, finals = play(make(2, 1, reward_fn=functools.partial(weighted, 0.5), turn_rewards=True), toy_policy())
     assert calls == [(0, 0), (0, 1)] and finals["observer"][0] == 0.5  # a partial is looked through
+
+
+def test_a_reward_naming_only_the_position_gets_only_the_position():
+    seen = []
+
+    def reward(queries, responses, position):  # no **kwargs: a round keyword would not bind
+        seen.append(position)
+        return [0.0] * len(responses)
+
+    play(make(2, 2, reward_fn=reward, max_new_tokens=1), toy_policy())
+    assert seen == [0, 1, 0, 1]
