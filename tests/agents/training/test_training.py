@@ -185,7 +185,16 @@ def test_cli_help_explains_the_flags():
     assert "iterations between role exchanges" in result.stdout
 
 
-@pytest.mark.parametrize("learner", ["ppo", "happo", "difference", "ppo --rounds 2 --turn-rewards"])
+@pytest.mark.parametrize(
+    "learner",
+    [
+        "ppo",
+        "happo",
+        "difference",
+        "ppo --rounds 2 --turn-rewards",
+        "ppo --task signal --reward signal --prompt-source auto --context-length 96",
+    ],
+)
 def test_resume_after_sigkill_matches_an_uninterrupted_run(toy_model, tmp_path, learner):
     args = ["--algo", "cory", "--iterations", "6", "--checkpoint-every", "1", "--role-exchange-period", "2"]
     learner, *extra = learner.split()
