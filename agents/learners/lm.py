@@ -30,6 +30,7 @@ A subclass passes its policy module and the causal LM inside it that acts, and i
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
@@ -137,6 +138,10 @@ class LMLearnerConfig:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
         if self.max_grad_norm < 0:
             raise UsageError(f"--max-grad-norm must be positive (or 0: no clipping), got {self.max_grad_norm}")
+        if not (math.isfinite(self.cliprange) and self.cliprange > 0):
+            raise UsageError(
+                f"--cliprange must be a number above 0 (the policy ratio's clip range epsilon, e.g. 0.2), got {self.cliprange}"
+            )
 
     def mini_batch(self, batch_size: int) -> int:
         """Conversations per gradient step for a batch of ``batch_size``: ``mini_batch_size``, or its default."""

@@ -14,6 +14,7 @@ One iteration for a learner, as in TRL 0.7's ``PPOTrainer.step`` (which CORY's a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -54,6 +55,14 @@ class PPOConfig(LMLearnerConfig):
         super().__post_init__()
         if self.value_lr < 0:
             raise UsageError(f"--value-lr must be positive (or 0: the same as --lr), got {self.value_lr}")
+        for name, meaning in (("gamma", "the discount, 1: none"), ("lam", "GAE's lambda, e.g. 0.95")):
+            value = getattr(self, name)
+            if not 0 <= value <= 1:  # NaN fails too
+                raise UsageError(f"--{name} must be a number from 0 to 1 ({meaning}), got {value}")
+        if not (math.isfinite(self.cliprange_value) and self.cliprange_value > 0):
+            raise UsageError(f"--cliprange-value must be a number above 0 (e.g. 0.2), got {self.cliprange_value}")
+        if not (math.isfinite(self.vf_coef) and self.vf_coef >= 0):
+            raise UsageError(f"--vf-coef must be a number at least 0 (the value loss's weight), got {self.vf_coef}")
 
 
 class RunningMoments:

@@ -566,3 +566,20 @@ def test_cory_eval_of_a_model_alone_in_a_game_of_two(run, toy_model, tmp_path):
     assert code == 2
     assert the_error(err, "cory-eval").startswith("--task signal is a game of 2 agents")
     assert not (tmp_path / "eval.json").exists()
+
+
+@pytest.mark.parametrize(
+    "flag, value, error",
+    [
+        ("--cliprange", "0", "--cliprange must be a number above 0"),
+        ("--cliprange", "nan", "--cliprange must be a number above 0"),
+        ("--gamma", "1.5", "--gamma must be a number from 0 to 1"),
+        ("--lam", "nan", "--lam must be a number from 0 to 1"),
+        ("--cliprange-value", "-1", "--cliprange-value must be a number above 0"),
+        ("--vf-coef", "-0.1", "--vf-coef must be a number at least 0"),
+    ],
+)
+def test_a_ppo_setting_out_of_its_range(run, toy_model, tmp_path, flag, value, error):
+    code, err = run(cory_train.main, "cory-train", toy_args(toy_model, tmp_path, flag, value))
+    assert code == 2
+    assert the_error(err, "cory-train").startswith(error)
