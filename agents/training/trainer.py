@@ -27,7 +27,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,7 @@ from cory_agents.training.ownership import check_run_folder, remove_checkpoints
 from cory_agents.training.plots import plot_run
 from cory_agents.training.resumable import check_resumable
 from cory_agents.training.run_lock import RunExistsError, RunLock
-from cory_env.errors import UsageError
+from cory_env.errors import CoryError, UsageError
 from cory_env.prompts import PromptSource
 from cory_env.rewards.base import RewardCallCancelled, RewardFunction
 
@@ -184,6 +184,21 @@ class Trainer:
             return Episode.from_final_step(observation, info)
         return Episode.from_turns(raw.played_turns(info["role"]), info)
 
+    @contextlib.contextmanager
+    def _plots_on_error(self, bar: tqdm, main: bool) -> Iterator[None]:
+        """A run that ends in an error it knows (a reward that fails, an update that is not finite) still draws
+        the plots of the iterations it logged, to see what led there; then the error goes on."""
+        try:
+            yield
+        except CoryError:
+            bar.close()
+            if main:
+                try:
+                    plot_run(self.out)
+                except Exception as exc:  # noqa: BLE001 - the run's own error is the one to report
+                    logger.warning("no plots after the error: %s: %s", type(exc).__name__, exc)
+            raise
+
     def team_episode(self, finals: dict[str, tuple[Episode, dict[str, Any]]]) -> TeamEpisode:
         """What the team learns from: :meth:`rollout`'s episodes, each learner's role, the environment
         that played them, and the context to act again in (the gathered weights under FSDP)."""
@@ -288,7 +303,7 @@ class Trainer:
         abandoned = ""  # the reward whose call a stop request abandoned, if one was
         self.reward.cancel.clear()
         stop = StopRequests(self._stop_requested)  # Ctrl-C, SIGTERM: stop after the iteration
-        with records if records is not None else contextlib.nullcontext(), stop:
+        with records if records is not None else contextlib.nullcontext(), stop, self._plots_on_error(bar, main):
             while self.iteration < c.iterations:
                 it = self.iteration
                 try:

@@ -207,6 +207,7 @@ def test_a_run_whose_update_is_not_finite_ends_in_one_line_and_keeps_its_checkpo
     assert state["iteration"] == 1 and state["learners"]["pioneer"]["updates"] == 1
     assert all(torch.isfinite(w).all() for w in state["learners"]["pioneer"]["model"].values())
     assert pd.read_csv(out / "metrics.csv")["iteration"].tolist() == [0]
+    assert (out / "task_reward.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the iterations before it, drawn
     # It resumes from there with a reward that stays finite, to the end.
     resumed = subprocess.run(
         cli(*args, "--resume", "true"),
