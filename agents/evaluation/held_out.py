@@ -112,7 +112,7 @@ class EvalConfig:
     task: str = flag("", "task; default: the run's (sentiment for --model)")
     reward: str = flag("", "reward name or package.module:function; default: the run's (the task's for --model)")
     prompt_source: str = flag("", "prompt data (sentiment: auto, imdb, rotten_tomatoes); default: the run's")
-    split: str = flag("test", "held-out split of the task's prompts")
+    split: str = flag("test", "held-out split of the task's prompts", choices=["train", "test"])
     num_prompts: int = flag(64, "distinct held-out prompts")
     samples_per_prompt: int = flag(1, "answers sampled per prompt (k of pass@k)")
     batch_size: int = flag(32, "conversations generated together")

@@ -93,7 +93,7 @@ class BenchmarkConfig:
     overwrite: bool = flag(False, "start over in an --out that already holds a benchmark (deletes its runs)")
     eval_prompts: int = flag(64, "held-out prompts each final policy answers")
     eval_samples_per_prompt: int = flag(1, "answers per held-out prompt (k of pass@k)")
-    eval_split: str = flag("test", "held-out split of the task's prompts")
+    eval_split: str = flag("test", "held-out split of the task's prompts", choices=["train", "test"])
     eval_batch_size: int = flag(32, "conversations generated together in the evaluation")
     eval_seed: int = flag(0, "seed of the held-out prompts and sampling, the same for every run")
     progress: bool = flag(True, "show progress bars")

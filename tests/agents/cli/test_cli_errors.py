@@ -583,3 +583,13 @@ def test_a_ppo_setting_out_of_its_range(run, toy_model, tmp_path, flag, value, e
     code, err = run(cory_train.main, "cory-train", toy_args(toy_model, tmp_path, flag, value))
     assert code == 2
     assert the_error(err, "cory-train").startswith(error)
+
+
+@pytest.mark.parametrize("command, flag", [("cory-bench", "--eval-split"), ("cory-eval", "--split")])
+def test_an_unknown_split_is_refused_while_parsing(run, tmp_path, command, flag):
+    main = reward_benchmark.main if command == "cory-bench" else cory_eval.main
+    args = ["--out", str(tmp_path / "b")] if command == "cory-bench" else ["--model", "smollm2-135m"]
+    code, err = run(main, command, [*args, flag, "validation"])
+    assert code == 2
+    assert "invalid choice: 'validation'" in err and flag in err
+    assert not (tmp_path / "b").exists()
