@@ -103,6 +103,7 @@ def frontier_point(root: Path) -> str:
             f"| {name} | {len(runs)} | {fmt(r['mean'])} [{fmt(r['low'])}, {fmt(r['high'])}] "
             f"| {fmt(k['mean'])} [{fmt(k['low'])}, {fmt(k['high'])}] |"
         )
+    rows += matched_kl(root, iterations)
     head = [
         f"Beside one round at the same settings (the frontier study's runs at KL coefficient 0.05, their first "
         f"{iterations} iterations): the last answer's task reward and the KL per answer, iterations "
@@ -112,6 +113,33 @@ def frontier_point(root: Path) -> str:
         "|---|---|---|---|",
     ]
     return "\n".join([*head, *rows, ""])
+
+
+def matched_kl(root: Path, iterations: int) -> list[str]:
+    """The one-round frontier at the two-round game's KL per answer: each method's best KL coefficient
+    there among the frontier study's runs (``benchmarks/frontier.py``'s rule: the reward where the
+    smoothed KL first reaches the budget, every seed reaching it), as table rows."""
+    from benchmarks import frontier
+
+    runs = [run_dir(root, "sentiment-2-rounds", s) for s in SEEDS]
+    runs = [out for out in runs if iterations_done(out) >= iterations]
+    if not runs:
+        return []
+    budget = float(np.mean([learner_mean(out, "kl_per_turn", iterations) for out in runs]))
+    groups = frontier.group(frontier.load_runs(REPO / "docs" / "frontier", 60), "frontier")
+    rows = []
+    for method, name in (("ppo", "PPO"), ("cory", "CORY")):
+        coefficient, rewards = frontier.best_at(groups, method, budget)
+        if rewards:
+            r = over_seeds(rewards)
+            rows.append(
+                f"| {name}, 1 round, where its KL first reaches {fmt(budget)} (its best KL coefficient there: "
+                f"{coefficient:g}) | {len(rewards)} | {fmt(r['mean'])} [{fmt(r['low'])}, {fmt(r['high'])}] "
+                f"| {fmt(budget)} |"
+            )
+        else:
+            rows.append(f"| {name}, 1 round, at KL {fmt(budget)} | 0 | no coefficient reaches it with 2 seeds | |")
+    return rows
 
 
 def plot(kind: str, result: dict, path: Path, chance: float | None) -> None:

@@ -28,6 +28,8 @@ memory is at most 1.3x PPO's; our CORY needs at most 40% of the authors' CORY ti
                                                    # (--group-size 4 responses per prompt); --task gsm8k
     python benchmarks/iteration.py --no-lora --chain-lengths 3,4   # also CORY chains of 3 and 4 agents
                                                    # (--num-agents; docs/teams.md)
+    python benchmarks/iteration.py --no-lora --game-rounds 2   # also CORY playing 2 rounds (--rounds;
+                                                   # docs/games.md): R rounds should cost at most R x one
     python benchmarks/iteration.py --no-lora --padding-free-ablation --before cac7d4d   # every configuration
                                                    # also with the code of another commit, side by side
 """
@@ -259,6 +261,11 @@ def main() -> None:
         default="",
         help="also run CORY chains of these lengths, comma-separated (--num-agents; 2 is plain CORY): e.g. 3,4",
     )
+    p.add_argument(
+        "--game-rounds",
+        default="",
+        help="also run CORY games of these numbers of rounds, comma-separated (--rounds; 1 is plain CORY): e.g. 2",
+    )
     p.add_argument("--model", default="smollm2-135m", help="model name or path")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument(
@@ -310,6 +317,10 @@ def main() -> None:
     configs |= {
         f"cory, {n} agents": dict(common, algo="cory", num_agents=n, **cory_only.get("cory", {})) for n in chains
     }
+    game_rounds = [int(r) for r in args.game_rounds.split(",") if r.strip()]
+    if any(r < 2 for r in game_rounds) or (game_rounds and args.lora_only):
+        p.error("--game-rounds: give 2 or more rounds (1 is plain CORY, always run), without --lora-only")
+    configs |= {f"cory, {r} rounds": dict(common, algo="cory", rounds=r) for r in game_rounds}
     if not args.no_lora:
         configs |= {f"{a}+lora": dict(common, algo=a, lora=True, **cory_only.get(a, {})) for a in ("ppo", "cory")}
     with checkout(args.before) if args.before else contextlib.nullcontext() as before:
@@ -352,6 +363,12 @@ def main() -> None:
             f"CORY of {n} / CORY of 2 agents:               {paired(results, name, 'cory')} time, "
             f"{m[name] / m['cory']:.2f}x peak memory; / PPO: {paired(results, name, 'ppo')} time, "
             f"{m[name] / m['ppo']:.2f}x peak memory"
+        )
+    for r in game_rounds:
+        name = f"cory, {r} rounds"
+        print(
+            f"CORY of {r} rounds / CORY of 1:               {paired(results, name, 'cory')} time (target <= {r}x: a "
+            f"round costs no more than a turn did), {m[name] / m['cory']:.2f}x peak memory"
         )
     if not args.no_lora:
         print(f"CORY / PPO time (LoRA shared base):        {paired(results, 'cory+lora', 'ppo+lora')}")
