@@ -170,6 +170,7 @@ def reward_metrics(episode: Episode, kl: float, kl_coef: float) -> dict[str, flo
         "kl_coef": float(kl_coef),
     }
     if episode.turns > 1:
-        metrics["final_turn_task_reward_mean"] = float(episode.extra["turn_task_rewards"][-1].mean())
+        if "turn_task_rewards" in episode.extra:  # Episode.from_turns records them
+            metrics["final_turn_task_reward_mean"] = float(episode.extra["turn_task_rewards"][-1].mean())
         metrics["kl_per_turn"] = float(kl) / episode.turns
     return metrics
