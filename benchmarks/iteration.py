@@ -320,7 +320,9 @@ def main() -> None:
     game_rounds = [int(r) for r in args.game_rounds.split(",") if r.strip()]
     if any(r < 2 for r in game_rounds) or (game_rounds and args.lora_only):
         p.error("--game-rounds: give 2 or more rounds (1 is plain CORY, always run), without --lora-only")
-    configs |= {f"cory, {r} rounds": dict(common, algo="cory", rounds=r) for r in game_rounds}
+    configs |= {
+        f"cory, {r} rounds": dict(common, algo="cory", rounds=r, **cory_only.get("cory", {})) for r in game_rounds
+    }
     if not args.no_lora:
         configs |= {f"{a}+lora": dict(common, algo=a, lora=True, **cory_only.get(a, {})) for a in ("ppo", "cory")}
     with checkout(args.before) if args.before else contextlib.nullcontext() as before:

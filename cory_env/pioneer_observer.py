@@ -65,9 +65,10 @@ receives what it names (both if it also takes `**kwargs`), 0-based, at every tur
 ### Replays
 
 `reset(options={"answers": [answers_0, ..., answers_{k-1}]})` (`k` lists of one string per
-conversation, `1 <= k < N`) replays the last episode's queries, with its turn limit, and the
-answers of the first `k` positions given: only positions `k` to `N-1` play (`agents` holds them)
-and position `k`'s prompt is rendered from the given answers. Nothing is drawn from the
+conversation, `1 <= k < N * R`, turns in the order played) replays the last episode's queries,
+with its turn limit, and the answers of the first `k` turns given: only the turns after them are
+played (`agents` holds the positions with a turn left; in one round, positions `k` to `N-1`) and
+turn `k`'s prompt is rendered from the given answers. Nothing is drawn from the
 environment's generator (unless ``seed`` is given too). A counterfactual: what the later agents
 answer, and earn, when an earlier answer is another, or blank
 (:class:`~cory_agents.learners.difference.DifferenceRewards`). Replays are the raw environment's:
@@ -110,7 +111,8 @@ A policy with a KV cache feeds `input_ids[..., -num_new_tokens:]` with the mask
 
 A reward function `(queries, responses, **metadata) -> list[float]` scores each
 agent's responses when its turn ends (metadata comes from the prompts). Rewards are
-delivered at the end of the episode. PettingZoo rewards are scalars, so in the batched
+delivered at the end of the episode (with several rounds: each agent's turns summed), or with
+`turn_rewards=True` each turn's at that turn's end. PettingZoo rewards are scalars, so in the batched
 form `rewards[agent]` (and `last()`'s reward) is the **mean over conversations**; the
 per-conversation values are in `infos[agent]["reward"]`.
 
@@ -560,7 +562,8 @@ class PioneerObserverEnv(AECEnv):
         responses = self.speaker(agent).tokenizer.batch_decode(turn.response_ids(), skip_special_tokens=True)
         metadata = self._metadata
         if keys := self._reward_turn_keywords:  # a reward that scores every turn is told which one
-            metadata = {**metadata, **{k: v for k, v in (("round", round), ("position", position)) if k in keys}}
+            told = {k: v for k, v in (("round", round), ("position", position)) if k in keys and k not in metadata}
+            metadata = {**metadata, **told}  # a prompt field of the same name wins: the reward got it before
         scores = score_responses(self.reward_fn, self.queries, responses, metadata)
         self.responses[agent] = responses
         self.task_rewards[agent] = scores

@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -130,16 +131,41 @@ def row_fields(
     source: PromptSource, declared: Sequence[str] | None, private: Mapping[str, Any] | None = None
 ) -> tuple[str, ...]:
     """The prompt-row fields templates may name (``{secret}``): ``declared``, or by default the
-    metadata keys of a :class:`PromptList`'s rows (other sources: none); private fields always."""
+    metadata keys of a :class:`PromptList`'s rows (looked for through a source that wraps one;
+    other sources: none), but never a chain field's name (``query``, ``response``, ``round``, ...:
+    such a column still goes to the reward); private fields always."""
     if declared is not None:
         if isinstance(declared, str) or not all(isinstance(f, str) and f.isidentifier() for f in declared):
             raise UsageError(f"prompt_fields must be a list of field names, got {declared!r:.80}")
+        if clash := [f for f in declared if _CHAIN_FIELD.match(f)]:
+            raise UsageError(
+                f"prompt_fields {clash} name the chain's own template fields ({{query}}, {{response}}, "
+                f"{{response_k}}, {{responses}}, {{round}}): rename those prompt fields"
+            )
         fields = list(declared)
-    elif isinstance(source, PromptList):
-        fields = sorted({k for p in source.prompts for k in p.metadata if isinstance(k, str) and k.isidentifier()})
+    elif (rows := _listed(source)) is not None:
+        keys = {k for p in rows for k in p.metadata if isinstance(k, str) and k.isidentifier()}
+        fields = sorted(k for k in keys if not _CHAIN_FIELD.match(k))
     else:
         fields = []
     return tuple(dict.fromkeys([*fields, *(private or {})]))
+
+
+#: The names of the chain's own template fields (cory_env.templates), which a prompt field may not take.
+_CHAIN_FIELD = re.compile(r"(query|response|responses|round|response_\d+|response_\d+_\d+)$")
+
+
+def _listed(source: Any) -> list[Prompt] | None:
+    """The rows of a :class:`PromptList`, or of the list a source wraps (``source``, ``prompts``); else ``None``."""
+    for _ in range(8):
+        if isinstance(source, PromptList):
+            return source.prompts
+        if isinstance(getattr(source, "prompts", None), list) and all(isinstance(p, Prompt) for p in source.prompts):
+            return source.prompts
+        source = getattr(source, "source", None)
+        if source is None:
+            return None
+    return None
 
 
 def row_values(prompt: Prompt, fields: Sequence[str], row: int) -> dict[str, Any]:
@@ -159,11 +185,11 @@ def row_values(prompt: Prompt, fields: Sequence[str], row: int) -> dict[str, Any
 
 
 def check_rows_have_fields(source: PromptSource, named: Sequence[Sequence[Sequence[str]]]) -> None:
-    """For a :class:`PromptList`, check now that every row has every field a template names
-    (``named``: any nesting of field-name lists); other sources are checked as they are drawn."""
-    if not isinstance(source, PromptList):
+    """For a :class:`PromptList` (or a source that wraps one), check now that every row has every field a
+    template names (``named``: per round, per position); other sources are checked as they are drawn."""
+    if (rows := _listed(source)) is None:
         return
     fields: list[str] = list(dict.fromkeys(f for row in named for turn in row for f in turn))
     if fields:
-        for i, prompt in enumerate(source.prompts):
+        for i, prompt in enumerate(rows):
             row_values(prompt, fields, i)

@@ -158,6 +158,11 @@ class RoleEnv(gymnasium.Env):
                     f"role must be one of the environment's agents {list(env.possible_agents)}, got {role!r}"
                 )
         base = env.unwrapped
+        if base.rounds > 1 or base.turn_rewards:  # one turn a role, its reward at the episode's end
+            raise ValueError(
+                "RoleEnv plays one turn of its role and reads its reward at the episode's end: rounds > 1 and "
+                "turn_rewards need the AEC environment (cory_env.env) and a learner of several turns"
+            )
         if base.batched:
             raise ValueError(
                 f"RoleEnv is the single form (num_conversations=None), got num_conversations={base.num_conversations}; "

@@ -413,7 +413,13 @@ def check_private_fields(private_fields: Any, roles: Sequence[str]) -> dict[str,
         )
     checked = {}
     for name, positions in private_fields.items():
-        if not isinstance(name, str) or not name.isidentifier() or name in FIELDS or name == "round":
+        if (
+            not isinstance(name, str)
+            or not name.isidentifier()
+            or name in (*FIELDS, "round")
+            or _NUMBERED.match(name)
+            or _BY_ROUND.match(name)
+        ):
             raise UsageError(f"private_fields: {name!r} cannot be a prompt field's name (a chain field or not a name)")
         if isinstance(positions, (str, int)) or not isinstance(positions, Iterable):
             raise UsageError(f"private_fields[{name!r}] must be a list of chain positions (0-based), got {positions!r}")

@@ -69,6 +69,7 @@ from cory_agents.training.registry import LEARNERS
 from cory_agents.training.resumable import changed_settings
 from cory_agents.training.trainer import Trainer
 from cory_env.errors import UsageError
+from cory_env.tasks import get_task
 
 #: TrainConfig fields the benchmark sets for each run itself.
 PER_RUN = ("algo", "seed", "out", "resume", "overwrite")
@@ -298,6 +299,12 @@ def run_benchmark(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
     overwrite are set per run). Returns the report (also in ``report.json``).
     """
     train = dataclasses.replace(apply_preset(train), preset="")  # the settings as the runs will use them
+    if (task := get_task(train.task)).min_agents > 1:  # its held-out evaluation plays each model alone
+        raise UsageError(
+            f"cory-bench evaluates each trained model alone on held-out prompts, and --task {task.name} is a game "
+            f"of {task.min_agents} agents (a model alone scores nothing): train it with cory-train, whose "
+            f"metrics.csv has the team's success"
+        )
     load_reward(train.reward, train.task)  # a mistyped reward fails now, not after the first runs
     for arm in bench.algos:  # an entry whose settings cannot work fails now, not after the others' runs
         resolve(dataclasses.replace(train, **for_algo(train, arm)))

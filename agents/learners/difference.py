@@ -67,6 +67,8 @@ class DifferenceRewards:
         self.members = members
 
     def learn(self, team: TeamEpisode) -> dict[str, dict[str, float]]:
+        if getattr(team.env, "rounds", 1) > 1:
+            raise ValueError("difference rewards replay one round of the chain: the environment must play rounds=1")
         order = team.order  # chain positions this iteration
         task = np.array([team.episodes[name].task_rewards for name in order])  # (N, B)
         with team.acting():  # every replay first, by the policies that played the episode

@@ -123,6 +123,8 @@ class HAPPO:
         )
 
     def learn(self, team: TeamEpisode) -> dict[str, dict[str, float]]:
+        if any(ep.turns > 1 for ep in team.episodes.values()):
+            raise ValueError("HAPPO weighs one answer per agent: its episodes must be of one round (rounds=1)")
         names = list(team.episodes)
         order = [names[i] for i in torch.randperm(len(names), generator=self.generator).tolist()]
         log_factor: torch.Tensor | None = None  # log M per conversation, float64 on the CPU; 0 for the first agent

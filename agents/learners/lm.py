@@ -399,9 +399,9 @@ class LMLearner:
             if ep.turns > 1:  # every process's conversations, turn by turn
                 turn_scores = ep.scores.reshape(ep.turns, -1)
                 gathered["scores"] = np.concatenate([dp.gather(row) for row in turn_scores])
-                gathered["extra"] = {
-                    "turn_task_rewards": np.stack([dp.gather(row) for row in ep.extra["turn_task_rewards"]])
-                }
+                if "turn_task_rewards" in ep.extra:
+                    rows = ep.extra["turn_task_rewards"]
+                    gathered["extra"] = {**ep.extra, "turn_task_rewards": np.stack([dp.gather(r) for r in rows])}
             ep = dataclasses.replace(ep, **gathered)
         return {**reward_metrics(ep, kl_sum, kl_coef), **means}
 

@@ -113,6 +113,11 @@ class TrainConfig(
                 f"--rounds {self.rounds} trains with --learner ppo (GAE across an agent's turns); --learner "
                 f"{self.learner} learns from one turn per agent: use --rounds 1 with it"
             )
+        if self.rounds > 1 and getattr(self, "score_scaling", False):
+            raise UsageError(
+                f"--score-scaling with --rounds {self.rounds} would scale (and with --score-norm shift) the 0 that "
+                f"every turn but the rewarded ones receives: drop --score-scaling"
+            )
 
     def model_list(self) -> list[str]:
         """``--models`` as a list (empty without it)."""
@@ -235,11 +240,16 @@ def resolve(config: TrainConfig, data_parallel: DataParallel | None = None) -> T
     dp = data_parallel or DataParallel()
     config = with_task_defaults(apply_preset(config), get_task(config.task))
     task = get_task(config.task)
-    if config.chain_length() < task.min_agents:
+    if not task.min_agents <= config.chain_length() <= (task.max_agents or config.chain_length()):
+        agents = f"{task.min_agents}" if task.max_agents == task.min_agents else f"at least {task.min_agents}"
+        fix = "use --algo cory" if config.algo == "ppo" else f"give --num-agents {task.min_agents}"
         raise UsageError(
-            f"--task {config.task} is a game of {task.min_agents} agents, but --algo {config.algo} plays "
-            f"{config.chain_length()}: use --algo cory"
+            f"--task {config.task} is a game of {agents} agents, but --algo {config.algo} plays "
+            f"{config.chain_length()}: {fix}"
         )
+    for name in ("num_secrets", "secret_words"):  # the signalling game's own settings
+        if getattr(config, name) != TrainConfig.__dataclass_fields__[name].default and name not in task.prompt_options:
+            raise UsageError(f"--{name.replace('_', '-')} is a setting of --task signal, not of --task {config.task}")
     derived: dict[str, Any] = {}
     if config.mini_batch_size is None:  # it follows the batch size unless given
         derived["mini_batch_size"] = default_mini_batch_size(config.batch_size)
@@ -365,7 +375,7 @@ def build_task(config: TrainConfig) -> Task:
     task = get_task(config.task)
     if config.task_file:
         task = custom_task(config.task_file, like=task, name="custom", query_field=config.query_field)
-    if task.prompt_options:  # the task's own settings (--num-secrets), bound to its prompt source
+    if task.prompt_options and not config.task_file:  # the task's own settings (--num-secrets), for its prompts
         options = {name: getattr(config, name) for name in task.prompt_options}
         task = dataclasses.replace(task, prompts=functools.partial(task.prompts, **options))
     return task

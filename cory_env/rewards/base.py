@@ -140,9 +140,9 @@ def turn_keywords(fn: Any) -> tuple[str, ...]:
     ``position`` its signature names, or both if it names one and takes ``**kwargs`` too (a
     :class:`~cory_env.rewards.registry.CheckedReward` or ``functools.partial`` is looked through).
     The environment passes them; a function that names neither is called as before."""
-    while True:
+    for _ in range(8):  # a CheckedReward around a partial around the function: a few layers at most
         inner = getattr(fn, "fn", None) or getattr(fn, "func", None)
-        if inner is None or inner is fn:
+        if not callable(inner) or inner is fn:
             break
         fn = inner
     try:

@@ -89,7 +89,8 @@ class Task:
         private_fields: those only some chain positions may see: ``{field: positions}``.
         later_templates: one template per position for the rounds after the first (``--rounds``);
             ``None``: the observer template at every position (each revises the turn before).
-        min_agents: the shortest chain that can play it (a game of two needs ``--algo cory``).
+        min_agents, max_agents: the chains that can play it (a game of two needs ``--algo cory``;
+            ``max_agents`` ``None``: any longer chain).
         prompt_options: settings of ``cory-train`` (field names) passed to ``prompts`` as keywords.
     """
 
@@ -107,6 +108,7 @@ class Task:
     private_fields: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     later_templates: tuple[Template, ...] | None = None
     min_agents: int = 1
+    max_agents: int | None = None
     prompt_options: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -205,6 +207,7 @@ register_task(
         private_fields=PRIVATE_FIELDS,
         later_templates=(LATER_SENDER_TEMPLATE, RECEIVER_TEMPLATE),
         min_agents=2,
+        max_agents=2,
         prompt_options=("num_secrets", "secret_words"),
     )
 )

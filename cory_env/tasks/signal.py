@@ -24,8 +24,8 @@ sender is rewarded only through its partner's answer: credit for a partner's suc
 
 In later rounds (`--rounds 2` or more) the sender reads the receiver's last guess
 (`{response}`) and may correct it; the receiver then guesses again, and every round's guess
-is scored (the reward takes `round`, so a turn-level reward with `--turn-rewards` credits
-each round's guess to that round).
+is scored (with `--turn-rewards` each round's guess is rewarded at the end of its round; by
+default the rounds' scores are summed at the episode's end).
 
 Example:
     >>> signal_reward(["colour"] * 2, [" red, I think", " blue or red"], secret=["red", "red"],

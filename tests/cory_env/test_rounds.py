@@ -1017,3 +1017,34 @@ def test_a_reward_naming_only_the_position_gets_only_the_position():
 
     play(make(2, 2, reward_fn=reward, max_new_tokens=1), toy_policy())
     assert seen == [0, 1, 0, 1]
+
+
+def test_a_prompt_column_named_like_a_chain_field_goes_to_the_reward_not_the_template():
+    seen = []
+
+    def reward(queries, responses, *, response, position, **_):  # both are the prompt rows' columns here
+        seen.append((response, position))
+        return [0.0] * len(responses)
+
+    rows = [Prompt(q, {"response": "column", "position": "e4"}) for q in TOY_PROMPTS]
+    env = make(2, 2, prompts=rows, reward_fn=reward, templates=["{query}", "{query} {response}"], max_new_tokens=1)
+    play(env, toy_policy())
+    assert seen == [(["column"], ["e4"])] * 4  # the rows' values (one list entry a conversation), as before
+    contexts = [t["context"] for t in env.unwrapped.last_transcript["observer"]["turns"]]
+    assert all("column" not in c for c in contexts)  # {response} is the previous turn's answer
+
+
+def test_prompt_fields_may_not_be_named_like_a_chain_field():
+    with pytest.raises(UsageError, match=r"prompt_fields \['response_2'\] name the chain's own template fields"):
+        make(2, 1, prompt_fields=["response_2"])
+    with pytest.raises(UsageError, match="cannot be a prompt field's name"):
+        make(2, 1, private_fields={"round": [0]})
+
+
+def test_role_env_refuses_a_game_of_rounds():
+    from cory_env.single_agent import RoleEnv
+
+    with pytest.raises(ValueError, match="RoleEnv plays one turn of its role"):
+        RoleEnv(env=make(1, 2))
+    with pytest.raises(ValueError, match="RoleEnv plays one turn of its role"):
+        RoleEnv(env=make(1, 1, turn_rewards=True))

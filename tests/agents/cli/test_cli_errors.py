@@ -593,3 +593,26 @@ def test_an_unknown_split_is_refused_while_parsing(run, tmp_path, command, flag)
     assert code == 2
     assert "invalid choice: 'validation'" in err and flag in err
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize(
+    "flags, error",
+    [
+        (["--task", "signal", "--prompt-source", "auto", "--num-agents", "3"], "--task signal is a game of 2 agents"),
+        (["--num-secrets", "3"], "--num-secrets is a setting of --task signal, not of --task sentiment"),
+        (["--rounds", "2", "--score-scaling"], "--score-scaling with --rounds 2"),
+    ],
+    ids=["signal-of-three", "secrets-elsewhere", "rounds-with-score-scaling"],
+)
+def test_a_game_setting_that_does_not_fit(run, toy_model, tmp_path, flags, error):
+    code, err = run(cory_train.main, "cory-train", toy_args(toy_model, tmp_path, *flags))
+    assert code == 2, err[-2000:]
+    assert the_error(err, "cory-train").startswith(error)
+
+
+def test_cory_bench_refuses_a_game_of_two_before_any_run(run, tmp_path):
+    args = ["--algos", "cory", "--task", "signal", "--prompt-source", "auto", "--out", str(tmp_path / "b")]
+    code, err = run(reward_benchmark.main, "cory-bench", args)
+    assert code == 2
+    assert the_error(err, "cory-bench").startswith("cory-bench evaluates each trained model alone")
+    assert not (tmp_path / "b").exists()
