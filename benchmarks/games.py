@@ -78,6 +78,14 @@ def learner_mean(out: Path, metric: str, iterations: int) -> float:
     return float(df[columns].tail(WINDOW).mean(axis=1).mean())
 
 
+def observer_mean(out: Path, metric: str, iterations: int) -> float:
+    """``metric`` of the learner in the observer's seat (position 1) each iteration, over the last
+    :data:`WINDOW` of a one-round CORY run's first ``iterations``: the answer that revises another's."""
+    df = read_metrics(out).head(iterations).tail(WINDOW)
+    learners = sorted({c.split("/")[0] for c in df.columns if c.endswith("/role")})
+    return float(np.mean([row[f"{n}/{metric}"] for _, row in df.iterrows() for n in learners if row[f"{n}/role"] == 1]))
+
+
 def frontier_point(root: Path) -> str:
     """The two-round sentiment game's end point beside one-round CORY's and PPO's at the training
     defaults (the frontier study's runs, at the same iteration): the final turn's task reward and the
@@ -87,6 +95,7 @@ def frontier_point(root: Path) -> str:
     for name, folder, reward, kl in (
         ("PPO, 1 round", lambda s: FRONTIER_RUNS / f"ppo-kl0.05-seed{s}", "task_reward_mean", "kl"),
         ("CORY, 1 round", lambda s: FRONTIER_RUNS / f"cory-kl0.05-seed{s}", "task_reward_mean", "kl"),
+        ("CORY, 1 round, the observer's answer", lambda s: FRONTIER_RUNS / f"cory-kl0.05-seed{s}", "observer", "kl"),
         (
             "CORY, 2 rounds",
             lambda s: run_dir(root, "sentiment-2-rounds", s),
@@ -97,8 +106,12 @@ def frontier_point(root: Path) -> str:
         runs = [folder(s) for s in SEEDS if iterations_done(folder(s)) >= iterations]
         if not runs:
             continue
-        r = over_seeds([learner_mean(out, reward, iterations) for out in runs])
-        k = over_seeds([learner_mean(out, kl, iterations) for out in runs])
+        if reward == "observer":  # the seat, whichever learner sits there
+            r = over_seeds([observer_mean(out, "task_reward_mean", iterations) for out in runs])
+            k = over_seeds([observer_mean(out, kl, iterations) for out in runs])
+        else:
+            r = over_seeds([learner_mean(out, reward, iterations) for out in runs])
+            k = over_seeds([learner_mean(out, kl, iterations) for out in runs])
         rows.append(
             f"| {name} | {len(runs)} | {fmt(r['mean'])} [{fmt(r['low'])}, {fmt(r['high'])}] "
             f"| {fmt(k['mean'])} [{fmt(k['low'])}, {fmt(k['high'])}] |"
