@@ -194,6 +194,10 @@ def checkout(revision: str) -> Iterator[Path]:
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "tree"
         subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", str(tree), revision], check=True)
+        if (tree / "agents").is_dir() and not (tree / "cory_agents").exists():
+            # The folder agents/ installs as cory_agents (setup.py): importable from the tree, ahead of the
+            # editable install of this checkout, only under that name.
+            (tree / "cory_agents").symlink_to("agents")
         try:
             yield tree / "benchmarks" / "iteration.py"
         finally:
