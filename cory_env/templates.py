@@ -203,8 +203,8 @@ def render(template: Template, query: str, response: str = "", *, responses: Seq
         if earlier and _takes_responses(template):
             return template(query, response, responses=earlier)
         return template(query, response)
-    numbered = {f"response_{j}": r for j, r in enumerate(earlier, start=1)}
-    return template.format(query=query, response=response, responses="\n".join(earlier), **numbered)
+    fields = turn_fields([(k, 0, a) for k, a in enumerate(earlier)], round=0)
+    return template.format(**{**fields, "response": response}, query=query)
 
 
 def turn_fields(history: Sequence[tuple[int, int, str]], round: int) -> dict[str, Any]:
