@@ -123,6 +123,7 @@ def main(argv: list[str] | None = None) -> None:
         RunLock(config.out).check_free()  # before the models load: a folder another run holds fails at once
     trainer = Trainer(config)
     out = trainer.train()
+    trainer.data_parallel.close()  # every process, the run over: no backend torn down at exit
     if trainer.stopped_by:  # Ctrl-C or SIGTERM: a checkpoint after the iteration (cory_agents.training.interrupt)
         sys.exit(128 + getattr(signal.Signals, trainer.stopped_by, signal.SIGTERM).value)
     if not trainer.data_parallel.is_main_process:

@@ -118,6 +118,16 @@ class DataParallel:
         """Whether the launcher asked for bf16 mixed precision (``--mixed_precision bf16``)."""
         return os.environ.get("ACCELERATE_MIXED_PRECISION", "no") == "bf16"
 
+    def close(self) -> None:
+        """End a data-parallel run: every process waits for the others, then the process group is
+        destroyed. Left to the interpreter's exit, a process whose peers were still working could
+        abort in the collective backend's teardown (``terminate called without an active
+        exception``, exit -6) after its run had finished. Call it on every process; a single
+        process has nothing to end."""
+        if self.is_distributed and torch.distributed.is_initialized():
+            torch.distributed.barrier()
+            torch.distributed.destroy_process_group()
+
     @property
     def is_distributed(self) -> bool:
         return self.num_processes > 1
