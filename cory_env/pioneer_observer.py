@@ -65,7 +65,7 @@ receives what it names (both if it also takes `**kwargs`), 0-based, at every tur
 ### Replays
 
 `reset(options={"answers": [answers_0, ..., answers_{k-1}]})` (`k` lists of one string per
-conversation, `1 <= k < N * R`, turns in the order played) replays the last episode's queries,
+conversation, `0 <= k < N * R`, turns in the order played; `[]` plays every turn again) replays the last episode's queries,
 with its turn limit, and the answers of the first `k` turns given: only the turns after them are
 played (`agents` holds the positions with a turn left; in one round, positions `k` to `N-1`) and
 turn `k`'s prompt is rendered from the given answers. Nothing is drawn from the
@@ -427,7 +427,8 @@ class PioneerObserverEnv(AECEnv):
         given = given_answers(
             (options or {}).get("answers"), self.possible_agents, self.num_conversations, self.batched, self.rounds
         )
-        if given and not hasattr(self, "queries"):
+        replaying = (options or {}).get("answers") is not None
+        if replaying and not hasattr(self, "queries"):
             raise RuntimeError("reset(options={'answers': ...}) replays the last episode's queries: play one first")
         if options and "seating" in options:
             seating = check_seating(options["seating"], len(self.possible_agents))
@@ -446,7 +447,7 @@ class PioneerObserverEnv(AECEnv):
         self.agent_selection = self._agent_selector.reset()
         self._skip_agent_selection = None
 
-        if not given:  # a replay keeps the last episode's turn limit and queries
+        if not replaying:  # a replay keeps the last episode's turn limit and queries
             lo, hi = self.max_new_tokens_range
             self.max_new_tokens = int(self.np_random.integers(lo, hi + 1))
             self.prompts: list[Prompt] = list(self.prompt_source.sample(self.np_random, B))

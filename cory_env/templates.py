@@ -327,16 +327,16 @@ def given_answers(
     answers: Any, roles: Sequence[str], num_conversations: int, batched: bool, rounds: int = 1
 ) -> list[list[str]]:
     """The answers of a replay's first turns (``reset(options={"answers": ...})``), checked: ``k``
-    lists of ``num_conversations`` strings, ``1 <= k < len(roles) * rounds`` (``[]`` for ``None``; in
+    lists of ``num_conversations`` strings, ``0 <= k < len(roles) * rounds`` (``[]`` for ``None``; in
     the single form a turn's answer may be one string). Turns count in the order played: the
     chain's positions in round 1, then in round 2, ..."""
     if answers is None:
         return []
     N, B = len(roles), num_conversations
-    if isinstance(answers, str) or not isinstance(answers, Sequence) or not 1 <= len(answers) < N * rounds:
+    if isinstance(answers, str) or not isinstance(answers, Sequence) or not len(answers) < N * rounds:
         what = "positions" if rounds == 1 else f"turns, in the order played ({rounds} rounds)"
         raise ValueError(
-            f"options['answers'] must be a list of the answers of the first k {what} (1 <= k < {N * rounds}: "
+            f"options['answers'] must be a list of the answers of the first k {what} (0 <= k < {N * rounds}: "
             f"at least one turn must be played), got {answers!r:.80}"
         )
     given = []

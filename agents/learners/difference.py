@@ -11,7 +11,15 @@ collective reward of the same conversation had agent ``i`` given no answer::
 
 ``r'^j`` is agent ``j``'s task reward when the chain is played again from position ``i + 1`` with
 agent ``i``'s answer blank in the later prompts (the earlier answers kept): a counterfactual
-rollout by the same policies, sampled with their own generators. So the pioneer of a chain of
+rollout by the same policies (:func:`~cory_agents.learners.replay.replay`). Its samples reuse the
+episode's random numbers (**common random numbers**, the default): each later agent samples from
+its generator as it stood at the start of its turn in the episode, so a conversation its prompt
+change does not reach is replayed token for token and its ``r^j - r'^j`` is exactly 0, and
+elsewhere the difference holds the effect of agent ``i``'s answer without the noise of a second,
+independent sample (``--no-common-random-numbers`` draws fresh ones: the variance of ``D`` with and
+without is in docs/multi-agent-algorithms.md). ``--difference-replays K`` averages ``r'`` over ``K``
+replays (the first with the episode's random numbers, the others fresh), each one costing the turns
+after agent ``i`` again. So the pioneer of a chain of
 two learns from ``r^p + (r^o - r'^o)``: its own reward plus how much its answer raised the
 observer's over the observer answering alone; the last agent, whose answer no one reads,
 learns from its own task reward ``r^last``. Terms that do not depend on agent ``i``'s answer
@@ -33,15 +41,17 @@ independent PPO on the collective reward lacks is credit, which the counterfactu
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from typing import Any, ClassVar
 
 import numpy as np
 
 from cory_agents.learners.base import Learner
+from cory_agents.learners.lm import flag
 from cory_agents.learners.ppo import PPOConfig
+from cory_agents.learners.replay import KEEP, replay
 from cory_agents.learners.team import TeamEpisode
+from cory_env.errors import UsageError
 
 #: What an agent "without an answer" leaves in the later agents' prompts.
 BLANK = ""
@@ -53,6 +63,21 @@ class DifferenceConfig(PPOConfig):
 
     _argument_group_name: ClassVar[str] = "Learner difference: each agent's reward is its own contribution"
 
+    difference_replays: int = flag(
+        1, "difference: counterfactual replays averaged per agent (K; each costs the later agents' turns again)"
+    )
+    common_random_numbers: bool = flag(
+        True, "difference: replay with the episode's random numbers (the first replay; fresh ones with --no-...)"
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        replays = self.difference_replays
+        if not (isinstance(replays, int) and not isinstance(replays, bool) and replays >= 1):
+            raise UsageError(
+                f"--difference-replays must be a whole number of at least 1 (e.g. 1 or 4), got {replays!r}"
+            )
+
 
 class DifferenceRewards:
     """A team of per-agent learners, each learning from its difference reward (module docstring).
@@ -63,8 +88,10 @@ class DifferenceRewards:
             ``scores`` replaced by their difference rewards.
     """
 
-    def __init__(self, members: dict[str, Learner]):
+    def __init__(self, members: dict[str, Learner], replays: int = 1, common_random_numbers: bool = True):
         self.members = members
+        self.replays = replays
+        self.common_random_numbers = common_random_numbers
 
     def learn(self, team: TeamEpisode) -> dict[str, dict[str, float]]:
         if getattr(team.env, "rounds", 1) > 1:
@@ -88,23 +115,14 @@ class DifferenceRewards:
 
     def replay_without(self, team: TeamEpisode, position: int) -> np.ndarray:
         """``(B,)`` the later agents' summed task rewards when the chain is played again from
-        ``position + 1`` with the answer at ``position`` blank (the earlier answers kept). The members
-        act: call it inside ``team.acting()``."""
-        env = copy.copy(team.env)  # the played environment stays as it was
-        roles = env.possible_agents
-        learner_at = {role: name for name, role in team.roles.items()}
-        given = [list(env.responses[role]) for role in roles[:position]] + [[BLANK] * env.num_conversations]
-        env.reset(options={"answers": given})
-        rewards = []
-        for role in env.agent_iter():
-            observation, _, terminated, truncated, info = env.last()
-            if terminated or truncated:
-                rewards.append(np.atleast_1d(np.asarray(info["task_reward"], dtype=np.float64)))
-                env.step(None)
-            else:
-                name = learner_at[role]
-                env.step(self.members[name].act(name, observation))
-        return np.sum(rewards, axis=0)
+        ``position + 1`` with the answer at ``position`` blank (the earlier answers kept), averaged over
+        ``replays``. The members act: call it inside ``team.acting()``."""
+        given = {k: KEEP for k in range(position)} | {position: [BLANK] * team.env.num_conversations}
+        total = np.zeros(team.env.num_conversations)
+        for k in range(self.replays):  # the first with the episode's random numbers (unless turned off)
+            common = self.common_random_numbers and k == 0
+            total += replay(team, self.members, given, common_random_numbers=common).task_rewards()
+        return total / self.replays
 
     def state_dict(self) -> dict[str, Any]:
         return {}  # the replays draw from the members' generators, saved with them

@@ -15,7 +15,7 @@ One iteration for a learner, as in TRL 0.7's ``PPOTrainer.step`` (which CORY's a
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -195,7 +195,7 @@ class PPOLearner(LMLearner):
         ep: Episode,
         advantage_weights: torch.Tensor | np.ndarray | None = None,
         *,
-        advantages: torch.Tensor | np.ndarray | None = None,
+        advantages: torch.Tensor | np.ndarray | Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
         returns: torch.Tensor | np.ndarray | None = None,
     ) -> dict[str, float]:
         """One PPO update on one batched episode; returns the iteration's statistics.
@@ -205,9 +205,12 @@ class PPOLearner(LMLearner):
 
         ``advantages`` (``(rows, T)`` over the response tokens, as the episode's rows): a team learner's
         (MAPPO's GAE from a shared critic), used instead of this learner's own GAE, whitened likewise
-        (``whiten_advantages``); padding is ignored. ``returns`` (same shape), given with them, are the
-        targets of this learner's value head; without them its value head is left out of the update
-        (no value loss): the team's critic replaces it."""
+        (``whiten_advantages``); padding is ignored. It may be a function of this learner's per-token
+        rewards, ``advantages(rewards, mask)`` (both ``(rows, T)``: ``-kl_coef * KL_t`` plus the score at
+        each answer's last token, what its own GAE would read; ``mask`` 1 on response tokens), called once
+        after the scoring pass, for a team critic that needs the KL penalty. ``returns`` (same shape),
+        given with them, are the targets of this learner's value head; without them its value head is
+        left out of the update (no value loss): the team's critic replaces it."""
         c = self.config
         B, T = ep.input_ids.shape[0], ep.response_width
         if B % c.mini_batch(B):
@@ -230,6 +233,8 @@ class PPOLearner(LMLearner):
         # 3. Advantages: GAE over the response (over an agent's turns, across them), or the team's,
         # whitened over the batch (and the processes).
         own_critic = advantages is None
+        if callable(advantages):  # the team's estimate, from the rewards this learner's GAE would read
+            advantages = advantages(rewards.clone(), mask)
         if advantages is not None:
             advantages = self._given(advantages, mask, "advantages")
             returns = None if returns is None else self._given(returns, mask, "returns")

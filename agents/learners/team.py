@@ -21,6 +21,14 @@ A team learner has:
   data-parallel run the main process's is saved and every process loads it: keep it the same on
   every process (draw from generators seeded alike, average what you learn), whole (no FSDP shards).
 
+A team learner may own modules of its own (a shared critic): its factory gets a :class:`TeamRun`, the
+run's device, tokenizers, frozen references and processes, and hands each such module to
+``run.own(name, module)``, which places it on the device with the same weights on every process
+(sharded under FSDP), before building its optimizer and stepping it through ``run.optimizer_steps``
+(the members' interface: gradients averaged over the processes, clipped, a non-finite step refused).
+The trainer then saves the team's ``state_dict`` whole (gathered from FSDP shards) and loads it back
+into the shards, and checks that an owned module's weights are the same on every process.
+
 ``act`` is the members'; the trainer calls ``members[agent].act``. The role schedule is the
 environment's (:class:`~cory_env.RoleExchangeWrapper`): ``TeamEpisode.roles`` says who sat where.
 
@@ -38,9 +46,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+import torch
 from pettingzoo import AECEnv
+from torch import nn
 
 from cory_agents.distributed.data_parallel import DataParallel
+from cory_agents.distributed.optimizer_step import OptimizerSteps, optimizer_steps
 from cory_agents.learners.base import Episode, Learner
 
 
@@ -64,6 +75,9 @@ class TeamEpisode:
     env: AECEnv | None = None
     acting: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext
     data_parallel: DataParallel = field(default_factory=DataParallel)
+    #: Each member's sampling generator state at the start of each of its turns in the episode (the
+    #: trainer's rollout records it; :func:`~cory_agents.learners.replay.replay` reuses it for common random numbers).
+    sampling_states: dict[str, list[torch.Tensor]] = field(default_factory=dict)
 
     @property
     def order(self) -> list[str]:
@@ -78,6 +92,43 @@ class TeamEpisode:
     def collective_rewards(self) -> np.ndarray:
         """``(B,)`` the sum of the members' task rewards per conversation (CORY's collective reward)."""
         return np.sum([ep.task_rewards for ep in self.episodes.values()], axis=0)
+
+
+@dataclass
+class TeamRun:
+    """What the trainer lends a team learner's factory (``build(config, members, seed=..., run=...)``): the run's
+    main ``device``, each member's ``tokenizers`` and frozen ``references``, its ``data_parallel`` processes,
+    and :meth:`own` for the modules the team trains itself (``modules``: what it owns, by name)."""
+
+    device: torch.device
+    tokenizers: dict[str, Any] = field(default_factory=dict)
+    references: dict[str, nn.Module] = field(default_factory=dict)
+    data_parallel: DataParallel = field(default_factory=DataParallel)
+    modules: dict[str, nn.Module] = field(default_factory=dict)
+
+    def own(self, name: str, module: nn.Module) -> nn.Module:
+        """Place a module the team trains (its trainable weights: ``requires_grad``): on the device, with the
+        main process's weights on every process, sharded under FSDP. Build its optimizer from the module
+        returned, after this call."""
+        if name in self.modules:
+            raise ValueError(f"the team already owns a module named {name!r}")
+        module = module.to(self.device)
+        if self.data_parallel.sharded:
+            self.data_parallel.shard(module)
+        self.data_parallel.broadcast_parameters(module.parameters())
+        self.modules[name] = module
+        return module
+
+    def optimizer_steps(
+        self, module: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float | None = None
+    ) -> OptimizerSteps:
+        """How ``optimizer`` (over an owned module's weights) steps in this run, as a member's does
+        (:mod:`cory_agents.distributed.optimizer_step`): ``backward(loss)``, ``step()``, ``state_dict()``."""
+        return optimizer_steps(module, optimizer, self.data_parallel, max_grad_norm)
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """The owned modules' trainable weights, in order (the trainer loads a sharded checkpoint into them)."""
+        return [p for module in self.modules.values() for p in module.parameters() if p.requires_grad]
 
 
 @runtime_checkable

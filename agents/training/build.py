@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 import logging
 import os
 import random
@@ -35,7 +36,7 @@ from cory_agents.distributed.data_parallel import DataParallel
 from cory_agents.distributed.fsdp import full_state, is_sharded
 from cory_agents.learners.base import Learner
 from cory_agents.learners.lm import LMLearner
-from cory_agents.learners.team import IndependentLearners, TeamLearner
+from cory_agents.learners.team import IndependentLearners, TeamLearner, TeamRun
 from cory_agents.speed import padding_free
 from cory_agents.speed.cpu_linear import use_cpu_linear
 from cory_agents.speed.host_memory import retain_freed_memory
@@ -63,6 +64,7 @@ class Assembly:
     policies: dict[str, torch.nn.Module]  #: what each learner acts with: its trainable causal LM
     learners: dict[str, Learner]  #: the learners, llm_0 ... (CORY) or pioneer (PPO): the team's members
     team: TeamLearner  #: what learns each iteration, from all the learners' episodes
+    team_run: TeamRun  #: what the run lent the team learner: the modules it owns, if any
     game: AECEnv  #: the environment; under CORY in its collective-reward and role-exchange wrappers
 
 
@@ -96,7 +98,8 @@ def assemble(
     reward = get_reward(reward_fn if reward_fn is not None else config.reward, device, timeout=config.reward_timeout)
     references, policies = build_models(config, names, device, learner_devices, dp)
     learners = build_learners(config, names, references, policies, learner_devices, dp)
-    team = build_team(config, learners)
+    team_run = TeamRun(device, tokenizers, references, dp)
+    team = build_team(config, learners, team_run)
     if dp.is_distributed:  # after the initial weights, each process draws its own data
         seed_everything(dp.seed(config.seed))
     group_size = int(getattr(learners[names[0]], "group_size", 1))
@@ -125,7 +128,7 @@ def assemble(
     if config.algo == "cory":
         period = None if config.no_role_exchange else config.role_exchange_period
         game = RoleExchangeWrapper(CollectiveRewardWrapper(game), period=period)
-    return Assembly(task, device, tokenizers, reward, policies, learners, team, game)
+    return Assembly(task, device, tokenizers, reward, policies, learners, team, team_run, game)
 
 
 def build_learners(
@@ -169,15 +172,20 @@ def build_learners(
     return learners
 
 
-def build_team(config: TrainConfig, learners: dict[str, Learner]) -> TeamLearner:
+def build_team(config: TrainConfig, learners: dict[str, Learner], run: TeamRun | None = None) -> TeamLearner:
     """The learners as one team learner: ``LEARNERS[config.learner]``'s when it is a
     :class:`~cory_agents.training.registry.TeamFactory`, else :class:`~cory_agents.learners.team.IndependentLearners`
     (each learner alone, its update recomputing activations as the observer with
-    ``--gradient-checkpointing-observer``)."""
+    ``--gradient-checkpointing-observer``). A factory's ``build`` that takes ``run`` gets it (:class:`TeamRun`:
+    the device, tokenizers, references, processes, and the modules the team owns)."""
     factory = LEARNERS[config.learner]
     if not isinstance(factory, TeamFactory):
         return IndependentLearners(learners, around=observer_recomputation(config, learners))
-    team = factory.build(config, learners, seed=config.seed)  # the same on every process
+    takes_run = any(
+        p.name == "run" or p.kind is p.VAR_KEYWORD for p in inspect.signature(factory.build).parameters.values()
+    )
+    lent = {"run": run if run is not None else TeamRun(torch.device("cpu"))} if takes_run else {}
+    team = factory.build(config, learners, seed=config.seed, **lent)  # the same on every process
     if not isinstance(team, TeamLearner):
         raise TypeError(
             f"learner {config.learner!r} built a {type(team).__name__}, which lacks members, learn, state_dict "

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 import torch
 
 from cory_agents.distributed.data_parallel import DataParallel
+from cory_agents.learners.difference import DifferenceConfig
 from cory_agents.learners.grpo import GRPOConfig
 from cory_agents.learners.happo import HAPPOConfig
 from cory_agents.learners.lm import LMLearnerConfig, default_mini_batch_size
@@ -53,6 +54,7 @@ class TrainConfig(
     OutputConfig,
     GenerationConfig,
     GRPOConfig,
+    DifferenceConfig,
     HAPPOConfig,
     PPOConfig,
     GameConfig,

@@ -83,7 +83,8 @@ def happo_team(config, members, *, seed) -> HAPPO:
 
 def difference_team(config, members, *, seed) -> DifferenceRewards:
     """Difference rewards: each member learns from its own contribution (a counterfactual rollout)."""
-    return DifferenceRewards(members)
+    c = config.learner_config()
+    return DifferenceRewards(members, replays=c.difference_replays, common_random_numbers=c.common_random_numbers)
 
 
 #: ``--learner`` choices, by name: a per-agent factory, or a :class:`TeamFactory`.

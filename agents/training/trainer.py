@@ -77,6 +77,7 @@ class Trainer:
         run = assemble(self.config, self.data_parallel, prompts=prompts, reward_fn=reward_fn)
         self.task, self.device, self.tokenizers, self.reward = run.task, run.device, run.tokenizers, run.reward
         self.policies, self.learners, self.team, self.game = run.policies, run.learners, run.team, run.game
+        self.team_run = run.team_run  # the modules the team owns, if any
         self.tokenizer = self.tokenizers[self.config.learner_names()[0]]  # the first learner's: it selects the prompts
         self.out = Path(self.config.out)
         self.iteration = 0
@@ -100,8 +101,8 @@ class Trainer:
             "torch_rng": torch.get_rng_state(),
             "config": dataclasses.asdict(self.config),
         }
-        if team := self.team.state_dict():  # a team learner's own state, beyond its members'
-            state["team"] = team
+        if team := self.team.state_dict():  # a team learner's own state, beyond its members' (whole, under FSDP)
+            state["team"] = full_state(team) if sharded else team
         if dp.is_distributed:
             weights = {
                 n: fingerprint(
@@ -111,6 +112,10 @@ class Trainer:
                 )
                 for n, learner in self.learners.items()
             }
+            for name, module in self.team_run.modules.items():  # a module the team owns (a shared critic)
+                weights[f"team/{name}"] = fingerprint(
+                    full_state(dict(module.named_parameters())) if sharded else dict(module.named_parameters())
+                )
             dp.check_in_sync(weights)
             state["processes"] = dp.gather_objects(self._process_state() | {"weights_sha256": weights})
         return state
@@ -148,7 +153,10 @@ class Trainer:
                 mine = shard_state(mine, learner.state_dict(), trainable_parameters(learner))
             learner.load_state_dict(mine)
         if "team" in state:
-            self.team.load_state_dict(state["team"])
+            team = state["team"]
+            if sharded:  # this process's shards of the owned modules' whole tensors
+                team = shard_state(team, self.team.state_dict(), self.team_run.trainable_parameters())
+            self.team.load_state_dict(team)
         if state["episodes"] is not None:
             self.game.episodes = state["episodes"]
         raw = self.game.unwrapped
@@ -166,6 +174,8 @@ class Trainer:
         ``reward``; ``task_reward`` is its own)."""
         self.game.reset(seed=self.data_parallel.seed(self.config.seed) if self.iteration == 0 else None)
         finals = {}
+        self.sampling_states: dict[str, list[torch.Tensor]] = {}  # each learner's, as each of its turns starts
+        starting = True
         with self.data_parallel.gathered(self.policies.values()):  # FSDP: whole weights while acting
             for agent in self.game.agent_iter():
                 obs, reward, term, trunc, info = self.game.last()
@@ -173,7 +183,11 @@ class Trainer:
                     finals[agent] = (self._episode(obs, info), info)
                     self.game.step(None)
                 else:
-                    self.game.step(self.learners[agent].act(agent, obs))
+                    learner = self.learners[agent]
+                    if starting and hasattr(learner, "sampling_generator"):  # for replays' common random numbers
+                        self.sampling_states.setdefault(agent, []).append(learner.sampling_generator.get_state())
+                    self.game.step(learner.act(agent, obs))
+                    starting = self.game.unwrapped.turn_ended is not None
         return finals
 
     def _episode(self, observation: dict[str, Any], info: dict[str, Any]) -> Episode:
@@ -208,6 +222,7 @@ class Trainer:
             env=self.game.unwrapped,
             acting=lambda: self.data_parallel.gathered(self.policies.values()),
             data_parallel=self.data_parallel,
+            sampling_states=self.sampling_states,
         )
 
     def run_iteration(self) -> tuple[dict[str, float], list[dict[str, Any]]]:

@@ -489,8 +489,7 @@ def test_bad_replay_answers(make_env):
         env.reset(options={"answers": [["a", "b"]]})
     play(env, random_policy(env))
     for answers, match in [
-        ([], r"1 <= k < 2"),
-        ([["a", "b"], ["c", "d"]], r"1 <= k < 2"),
+        ([["a", "b"], ["c", "d"]], r"0 <= k < 2"),
         ("ab", r"list of the answers"),
         ([["a"]], r"must be 2 strings"),
         ([["a", 3]], r"must be 2 strings"),
@@ -498,3 +497,14 @@ def test_bad_replay_answers(make_env):
     ]:
         with pytest.raises(ValueError, match=match):
             env.reset(options={"answers": answers})
+
+
+def test_a_replay_with_no_answer_given_plays_every_turn_of_the_same_queries(make_env):
+    env = make_env(2)
+    play(env, random_policy(env))
+    queries, limit, rng = list(env.queries), env.max_new_tokens, env.np_random.bit_generator.state
+    env.reset(options={"answers": []})
+    assert env.agents == env.possible_agents and env.queries == queries and env.max_new_tokens == limit
+    assert env.np_random.bit_generator.state == rng  # nothing drawn
+    env.reset()  # a new episode draws again
+    assert env.np_random.bit_generator.state != rng

@@ -26,14 +26,21 @@ def replayed_by_hand(trainer: Trainer, team: TeamEpisode, position: int) -> dict
     roles = env.possible_agents
     answers = [list(env.responses[r]) for r in roles[:position]] + [[BLANK] * env.num_conversations]
     env.reset(options={"answers": answers})
-    rewards = {}
+    rewards, started = {}, set()
+    after = {n: learner.sampling_generator.get_state() for n, learner in trainer.learners.items()}
     for role in env.agent_iter():
         observation, _, terminated, truncated, info = env.last()
+        name = learner_at[role]
         if terminated or truncated:
-            rewards[learner_at[role]] = np.asarray(info["task_reward"])
+            rewards[name] = np.asarray(info["task_reward"])
             env.step(None)
         else:
-            env.step(trainer.learners[learner_at[role]].act(learner_at[role], observation))
+            if name not in started:  # common random numbers: the generator as this turn started in the episode
+                started.add(name)
+                trainer.learners[name].sampling_generator.set_state(team.sampling_states[name][0])
+            env.step(trainer.learners[name].act(name, observation))
+    for n, state in after.items():  # left as the episode left them
+        trainer.learners[n].sampling_generator.set_state(state)
     return rewards
 
 

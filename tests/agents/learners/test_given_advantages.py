@@ -99,3 +99,25 @@ def test_grpo_given_its_group_advantages_makes_the_same_update(toy_model):
         assert torch.equal(weight, told.trainable_state_dict()[name]), name
     with pytest.raises(ValueError, match=r"one value per conversation, shape \(4,\)"):
         told.learn(ep, advantages=torch.zeros(B, T))
+
+
+def test_ppo_given_a_function_reads_the_rewards_its_own_gae_would_read(toy_model):
+    ep = episode()
+    alone, told = ppo(toy_model), ppo(toy_model)
+    ids, attn = ep.input_ids, ep.attention_mask
+    mask = attn[:, -T:].float()
+    s = told._score(*told.passes.score(told, ids, attn, T), told._reference_logits(ids, attn, T), ids[:, -T:], mask)
+    expected_rewards = token_rewards(told._process_scores(ep.scores), s["kl"], mask, told.kl_ctl.value)
+    seen = []
+
+    def estimate(rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+        seen.append((rewards, response_mask))
+        return gae(rewards, s["values"], response_mask, told.config.gamma, told.config.lam)[0]
+
+    returns = gae(expected_rewards, s["values"], mask, told.config.gamma, told.config.lam)[1]
+    alone.learn(ep)
+    told.learn(ep, advantages=estimate, returns=returns)
+    assert len(seen) == 1
+    assert torch.equal(seen[0][0], expected_rewards) and torch.equal(seen[0][1], mask)
+    for name, weight in alone.trainable_state_dict().items():
+        assert torch.equal(weight, told.trainable_state_dict()[name]), name
