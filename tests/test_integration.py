@@ -91,9 +91,9 @@ def test_ppo_at_the_default_settings_raises_the_embedded_models_sentiment(tmp_pa
     assert rise["z"] >= 2, (rise, metrics["pioneer/task_reward_mean"].round(3).tolist())
 
 
-@pytest.mark.parametrize("learner", ["happo", "difference"])
+@pytest.mark.parametrize("learner", ["happo", "difference", "mappo"])
 def test_the_team_learners_train_the_embedded_model_from_the_command_line(tmp_path, learner):
-    """cory-train --learner happo|difference end to end on the real model: two iterations, a few
+    """cory-train --learner happo|difference|mappo end to end on the real model: two iterations, a few
     conversations, the metrics of every learner finite, each model exported (docs/multi-agent-algorithms.md
     trains them at the defaults)."""
     import json
@@ -115,5 +115,7 @@ def test_the_team_learners_train_the_embedded_model_from_the_command_line(tmp_pa
         columns = [f"{name}/{m}" for m in ("task_reward_mean", "kl", "policy_loss", "value_loss")]
         assert np.isfinite(metrics[columns].to_numpy()).all()
         assert json.loads((out / "model" / name / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
-    extra = "happo_factor_mean" if learner == "happo" else "difference_reward_mean"
+    extra = {"happo": "happo_factor_mean", "difference": "difference_reward_mean"}.get(
+        learner, "critic_explained_variance"
+    )
     assert np.isfinite(metrics[[f"llm_0/{extra}", f"llm_1/{extra}"]].to_numpy()).all()

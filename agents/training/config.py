@@ -26,6 +26,7 @@ from cory_agents.learners.difference import DifferenceConfig
 from cory_agents.learners.grpo import GRPOConfig
 from cory_agents.learners.happo import HAPPOConfig
 from cory_agents.learners.lm import LMLearnerConfig, default_mini_batch_size
+from cory_agents.learners.mappo import MAPPOConfig
 from cory_agents.learners.ppo import PPOConfig
 from cory_agents.training.registry import LEARNER_CONFIGS, LEARNERS, TeamFactory
 from cory_agents.training.sections import (
@@ -54,6 +55,7 @@ class TrainConfig(
     OutputConfig,
     GenerationConfig,
     GRPOConfig,
+    MAPPOConfig,
     DifferenceConfig,
     HAPPOConfig,
     PPOConfig,
@@ -110,10 +112,15 @@ class TrainConfig(
             )
         if self.templates:
             self.template_list()  # a bad list fails now
-        if self.rounds > 1 and self.learner != "ppo":
+        if self.rounds > 1 and self.learner not in ("ppo", "mappo"):
             raise UsageError(
-                f"--rounds {self.rounds} trains with --learner ppo (GAE across an agent's turns); --learner "
+                f"--rounds {self.rounds} trains with --learner ppo or mappo (GAE across an agent's turns); --learner "
                 f"{self.learner} learns from one turn per agent: use --rounds 1 with it"
+            )
+        if self.learner == "mappo" and len(set(models)) > 1:
+            raise UsageError(
+                f"--learner mappo trains one critic for the whole team, reading every agent's tokens: --models lists "
+                f"{len(set(models))} different models; give one model (--model), or use --learner ppo or happo"
             )
         if self.rounds > 1 and getattr(self, "score_scaling", False):
             raise UsageError(

@@ -17,8 +17,10 @@ building its optimizer (``policy`` and ``reference`` come sharded).
 A *team learner* (:mod:`cory_agents.learners.team`: one object that learns for all the agents at once
 from the whole team's episodes) is registered as a :class:`TeamFactory`: its members are built by
 the per-agent factory ``LEARNERS[member]``, one per agent as above, then ``build(config, members,
-seed=config.seed)`` makes the team. ``happo`` (:mod:`cory_agents.learners.happo`) and ``difference``
-(:mod:`cory_agents.learners.difference`) are team learners over PPO members.
+seed=config.seed)`` makes the team (a ``build`` that takes ``run`` also gets the run's
+:class:`~cory_agents.learners.team.TeamRun`, to own modules). ``happo`` (:mod:`cory_agents.learners.happo`),
+``difference`` (:mod:`cory_agents.learners.difference`) and ``mappo`` (:mod:`cory_agents.learners.mappo`) are team
+learners over PPO members.
 
 Register another algorithm with ``LEARNERS["name"] = factory`` (or a ``TeamFactory``) before the
 config is made (or the command-line parser built): see docs/plug-in-your-algorithm.md. This
@@ -36,11 +38,13 @@ from cory_agents.learners.difference import DifferenceConfig, DifferenceRewards
 from cory_agents.learners.grpo import GRPOConfig, GRPOLearner, RLOOConfig
 from cory_agents.learners.happo import HAPPO, HAPPOConfig
 from cory_agents.learners.lm import LMLearnerConfig
+from cory_agents.learners.mappo import MAPPO, MAPPOConfig, build_critic
 from cory_agents.learners.ppo import PPOConfig, PPOLearner
-from cory_agents.learners.team import TeamLearner
+from cory_agents.learners.team import TeamLearner, TeamRun
 from cory_agents.learners.value_model import CausalLMWithValueHead
 from cory_agents.speed import padding_free
 from cory_agents.speed.scoring_reuse import reuse_scoring_pass
+from cory_env.models import load_causal_lm
 
 LearnerFactory = Callable[..., Learner]
 
@@ -87,6 +91,14 @@ def difference_team(config, members, *, seed) -> DifferenceRewards:
     return DifferenceRewards(members, replays=c.difference_replays, common_random_numbers=c.common_random_numbers)
 
 
+def mappo_team(config, members, *, seed, run: TeamRun) -> MAPPO:
+    """MAPPO: PPO members and one critic over the global state, a fresh copy of the run's model that the team owns."""
+    model = config.agent_models()[next(iter(members))]  # one model for the whole team (the config checked)
+    critic = run.own("critic", build_critic(load_causal_lm(model)))
+    tokenizer = run.tokenizers[next(iter(members))]
+    return MAPPO(members, critic, tokenizer, run, config.learner_config(), seed=seed)
+
+
 #: ``--learner`` choices, by name: a per-agent factory, or a :class:`TeamFactory`.
 LEARNERS: dict[str, LearnerFactory | TeamFactory] = {
     "ppo": ppo_learner,
@@ -94,6 +106,7 @@ LEARNERS: dict[str, LearnerFactory | TeamFactory] = {
     "rloo": rloo_learner,
     "happo": TeamFactory("ppo", happo_team),
     "difference": TeamFactory("ppo", difference_team),
+    "mappo": TeamFactory("ppo", mappo_team),
 }
 
 #: Each learner's own config: its section of the command line (``cory-train --learner NAME --help``)
@@ -106,4 +119,5 @@ LEARNER_CONFIGS: dict[str, type[LMLearnerConfig]] = {
     "rloo": RLOOConfig,
     "happo": HAPPOConfig,
     "difference": DifferenceConfig,
+    "mappo": MAPPOConfig,
 }

@@ -522,7 +522,9 @@ def test_cory_eval_names_the_prompt_source_as_cory_train_does(argv, capsys):
     "flags, error",
     [
         (["--rounds", "0"], "--rounds must be a number at least 1"),
-        (["--rounds", "2", "--learner", "grpo", "--group-size", "2"], "--rounds 2 trains with --learner ppo"),
+        (["--rounds", "2", "--learner", "grpo", "--group-size", "2"], "--rounds 2 trains with --learner ppo or mappo"),
+        (["--learner", "mappo", "--models", "a,b"], "--learner mappo trains one critic for the whole team"),
+        (["--learner", "difference", "--difference-replays", "0"], "--difference-replays must be a whole number"),
         (["--algo", "ppo", "--task", "signal"], "--task signal is a game of 2 agents, but --algo ppo plays 1"),
         (
             ["--task", "signal", "--num-secrets", "9", "--prompt-source", "auto"],
@@ -545,6 +547,8 @@ def test_cory_eval_names_the_prompt_source_as_cory_train_does(argv, capsys):
     ids=[
         "rounds-0",
         "rounds-with-grpo",
+        "mappo-with-two-models",
+        "no-replay",
         "signal-alone",
         "too-many-secrets",
         "a-turn-not-yet-played",

@@ -164,6 +164,7 @@ def test_accelerate_launch_cory_keeps_the_processes_in_sync(toy_model, tmp_path)
         "--algo cory --num-agents 3",
         "--algo cory --learner happo --happo-factor-clip 2",
         "--algo cory --learner difference",
+        "--algo cory --learner difference --difference-replays 2 --no-common-random-numbers",
     ],
 )
 def test_accelerate_launch_variants_keep_the_processes_in_sync(toy_model, tmp_path, extra):

@@ -117,6 +117,8 @@ def test_each_process_holds_half_of_every_learner_and_the_reference(toy_model, t
         # Team learners: HAPPO's order and factor, difference rewards' replays (they act inside learn).
         pytest.param("--algo cory --learner happo --role-exchange-period 1", marks=pytest.mark.slow),
         pytest.param("--algo cory --learner difference --role-exchange-period 1", marks=pytest.mark.slow),
+        # MAPPO's critic: a module the team owns, sharded, stepped and saved whole like the members'.
+        "--algo cory --learner mappo --role-exchange-period 1",
     ],
 )
 def test_fsdp_run_matches_the_data_parallel_run(toy_model, tmp_path, extra):
@@ -145,13 +147,19 @@ def test_fsdp_run_matches_the_data_parallel_run(toy_model, tmp_path, extra):
                 assert_states_close(fsdp["learners"][name][part], dp["learners"][name][part], f"{name}/{part}")
     # Whole tensors in the checkpoint, the same on both processes; training moved them.
     saved = {n: fingerprint(fsdp["learners"][n]["model"]) for n in learners}
-    assert [p["weights_sha256"] for p in fsdp["processes"]] == [saved, saved]
+    critic = {"team/critic": fingerprint(fsdp["team"]["critic"])} if "mappo" in extra else {}
+    assert [p["weights_sha256"] for p in fsdp["processes"]] == [saved | critic, saved | critic]
     (config,) = HfArgumentParser(TrainConfig).parse_args_into_dataclasses(args=args)
     plain = Trainer(config)  # one process, no FSDP: the initial weights, then the checkpoint's
     for name, learner in plain.learners.items():
         assert fingerprint(learner.state_dict()["model"]) != saved[name], "no update happened"
         learner.load_state_dict(fsdp["learners"][name])
         assert fingerprint(learner.state_dict()["model"]) == saved[name]
+    if "mappo" in extra:  # the team's critic: sharded, stepped, saved whole, as the data-parallel run's
+        for part in ("critic", "optimizer"):
+            assert_states_close(fsdp["team"][part], dp["team"][part], f"critic/{part}")
+        plain.team.load_state_dict(fsdp["team"])
+        assert fingerprint(plain.team.state_dict()["critic"]) == fingerprint(fsdp["team"]["critic"])
     metrics = metrics["fsdp"]
     # explained_variance is NaN when the returns are all equal (as SB3's): difference rewards give the last agent
     # its own task reward, all 0 in this tiny first batch.

@@ -125,10 +125,16 @@ def test_the_learner_configs_are_the_command_lines_sections_one_name_one_default
     from cory_agents.cli.train import parse_config
     from cory_agents.learners.difference import DifferenceConfig
     from cory_agents.learners.happo import HAPPOConfig
+    from cory_agents.learners.mappo import MAPPOConfig
     from cory_agents.learners.ppo import PPOConfig
 
     sections = (("ppo", PPOConfig), ("grpo", GRPOConfig), ("rloo", RLOOConfig))
-    for learner, section in (*sections, ("happo", HAPPOConfig), ("difference", DifferenceConfig)):
+    for learner, section in (
+        *sections,
+        ("happo", HAPPOConfig),
+        ("difference", DifferenceConfig),
+        ("mappo", MAPPOConfig),
+    ):
         config = parse_config(["--learner", learner, "--algo", "ppo", "--lr", "1e-4", "--kl-coef", "0.2"])
         chosen = config.learner_config()
         assert type(chosen) is section and (chosen.lr, chosen.kl_coef) == (1e-4, 0.2)

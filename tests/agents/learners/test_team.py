@@ -54,7 +54,11 @@ def test_a_team_learners_state_is_checkpointed_and_its_members_are_the_learners(
 
 
 def test_the_command_line_offers_the_team_learners_with_their_sections():
-    for learner, section in (("happo", "Learner happo"), ("difference", "Learner difference")):
+    for learner, section in (
+        ("happo", "Learner happo"),
+        ("difference", "Learner difference"),
+        ("mappo", "Learner mappo"),
+    ):
         result = subprocess.run(
             cli("--learner", learner, "--help"), env=cli_env(), cwd=ROOT, capture_output=True, text=True, timeout=120
         )
@@ -108,3 +112,52 @@ def test_the_docs_team_learner_runs_and_resumes_exactly(toy_model, tmp_path, num
         )
     finally:
         LEARNERS.pop("take-turns", None)
+
+
+def docs_block(heading: str) -> str:
+    section = (ROOT / "docs" / "plug-in-your-algorithm.md").read_text().split(heading, 1)[1]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_the_docs_team_learner_that_owns_a_module_trains_it_and_resumes_exactly(toy_model, tmp_path):
+    namespace: dict = {}
+    try:
+        exec(compile(docs_block("### Modules the team owns"), "plug-in-your-algorithm.md", "exec"), namespace)
+
+        def config(out, iterations, **kw):
+            return toy_config(
+                toy_model, tmp_path / out, algo="cory", learner="shared-baseline", iterations=iterations,
+                checkpoint_every=1, **kw,
+            )  # fmt: skip
+
+        whole = Trainer(config("whole", 4), prompts=PROMPTS, reward_fn=fraction_good)
+        assert isinstance(whole.team, namespace["SharedBaseline"])
+        assert whole.team_run.modules == {"baseline": whole.team.baseline}
+        whole.train(progress=False)
+        metrics = pd.read_csv(tmp_path / "whole" / "metrics.csv")
+        state = load_checkpoint(tmp_path / "whole" / "checkpoints" / "iter_000003.safetensors")
+        assert float(state["team"]["baseline"]["bias"]) == pytest.approx(metrics["team/baseline"].iloc[-1])
+        assert metrics["team/baseline"].nunique() == 4  # it learned every iteration
+        Trainer(config("halves", 2), prompts=PROMPTS, reward_fn=fraction_good).train(progress=False)
+        Trainer(config("halves", 4, resume=True), prompts=PROMPTS, reward_fn=fraction_good).train(progress=False)
+        pd.testing.assert_frame_equal(
+            metrics_without_timing(tmp_path / "whole"), metrics_without_timing(tmp_path / "halves"), check_exact=True
+        )
+    finally:
+        LEARNERS.pop("shared-baseline", None)
+
+
+def test_the_docs_replay_gives_the_later_agents_rewards_without_the_first_answer(toy_model, tmp_path):
+    namespace: dict = {}
+    exec(compile(docs_block("### Replays"), "plug-in-your-algorithm.md", "exec"), namespace)
+    config = toy_config(toy_model, tmp_path, algo="cory", num_agents=3, batch_size=8)
+    trainer = Trainer(config, prompts=PROMPTS, reward_fn=fraction_good)
+    team = trainer.team_episode(trainer.rollout())
+    later = namespace["later_agents_without_the_first"](team, trainer.learners)
+    assert later.shape == (8,) and np.isfinite(later).all()
+    from cory_agents.learners.replay import KEEP, replay
+
+    again = replay(team, trainer.learners, {0: [""] * 8}).task_rewards(team.order[1:])
+    np.testing.assert_array_equal(later, again)  # the episode's random numbers: the same counterfactual twice
+    played = sum(team.episodes[n].task_rewards for n in team.order[1:])
+    np.testing.assert_array_equal(replay(team, trainer.learners, {0: KEEP}).task_rewards(team.order[1:]), played)

@@ -191,6 +191,7 @@ def test_cli_help_explains_the_flags():
         "ppo",
         "happo",
         "difference",
+        "mappo --rounds 2 --turn-rewards",
         "ppo --rounds 2 --turn-rewards",
         "ppo --task signal --reward signal --prompt-source auto --context-length 96",
     ],
