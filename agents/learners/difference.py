@@ -26,17 +26,25 @@ learns from its own task reward ``r^last``. Terms that do not depend on agent ``
 (the earlier agents' rewards) cancel: the signal is the agent's own contribution, with less
 variance from the others' answers than ``R``.
 
+**Over several rounds** (``--rounds R``) agent ``i`` says nothing at every one of its turns in the
+counterfactual, and the chain is played again from its first turn::
+
+    D^i_b = sum_r r^{i,r}_b + sum_{(j, r) after i's first turn, j != i} (r^{j,r}_b - r'^{j,r}_b)
+
+(the turns before its first are kept, and cancel); ``D^i`` is the agent's reward at its last turn, 0
+at the others (its KL penalty stays at every token). With one round this is the formula above.
+
 Each member then learns from its episode with ``D^i`` as the reward (any per-agent learner:
 PPO by default, the KL penalty its own). The cost is the counterfactual rollout: in a chain of
 ``N`` agents, agent ``i``'s replay plays the ``N - 1 - i`` agents after it, ``N (N - 1) / 2``
 turns an iteration beside the ``N`` of the episode (one more turn, for two agents: half the
-episode again, plus a reward call). The environment replays an episode with given answers
+episode again, plus a reward call); over ``R`` rounds each agent's replay plays the turns after its
+first again (for two agents ``2 R - 1`` turns, then ``2 R - 2``). The environment replays an episode with given answers
 through ``reset(options={"answers": ...})`` on a copy of itself.
 
-Why difference rewards and not a centralised critic (MAPPO): in this chain every agent sees the
-whole transcript up to its turn (the query and the earlier answers are in its prompt), so a
-critic over the whole transcript knows nothing a member's own value head does not; what
-independent PPO on the collective reward lacks is credit, which the counterfactual gives.
+Beside a centralised critic (:mod:`cory_agents.learners.mappo`): in this chain every agent sees the
+whole transcript up to its turn, so a critic adds what the agent cannot see (private fields); what
+independent PPO on the collective reward lacks even then is credit, which the counterfactual gives.
 """
 
 from __future__ import annotations
@@ -46,7 +54,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from cory_agents.learners.base import Learner
+from cory_agents.learners.base import Episode, Learner
 from cory_agents.learners.lm import flag
 from cory_agents.learners.ppo import PPOConfig
 from cory_agents.learners.replay import KEEP, replay
@@ -94,34 +102,39 @@ class DifferenceRewards:
         self.common_random_numbers = common_random_numbers
 
     def learn(self, team: TeamEpisode) -> dict[str, dict[str, float]]:
-        if getattr(team.env, "rounds", 1) > 1:
-            raise ValueError("difference rewards replay one round of the chain: the environment must play rounds=1")
         order = team.order  # chain positions this iteration
-        task = np.array([team.episodes[name].task_rewards for name in order])  # (N, B)
+        rounds = getattr(team.env, "rounds", 1)
+        turn_rewards = {name: _turn_task_rewards(team.episodes[name]) for name in order}  # each (rounds, B)
         with team.acting():  # every replay first, by the policies that played the episode
-            replays = [self.replay_without(team, i) for i in range(len(order) - 1)]
+            replays = {i: self.replay_without(team, i) for i in range(len(order)) if i < len(order) - 1 or rounds > 1}
         stats: dict[str, dict[str, float]] = {}
         for i, name in enumerate(order):
-            later = task[i + 1 :].sum(axis=0)
-            replayed = replays[i] if i < len(replays) else later
-            difference = task[i] + later - replayed
-            episode = dataclasses.replace(team.episodes[name], scores=difference)
+            later = _later_rewards(turn_rewards, order, i)  # the others' task rewards in the turns after i's first
+            replayed = replays.get(i, later)
+            difference = turn_rewards[name].sum(axis=0) + later - replayed
+            episode = team.episodes[name]
+            scores = np.zeros((episode.turns, len(difference)))
+            scores[-1] = difference  # over several rounds, at the agent's last turn
+            episode = dataclasses.replace(episode, scores=scores.reshape(-1))
             means = {"difference_reward_mean": float(difference.mean())}
-            if i < len(replays):  # the later agents' summed task rewards without this answer
+            if i in replays:  # the later turns' summed task rewards without this agent's answers
                 means["counterfactual_reward_mean"] = float(replayed.mean())
             # Over every process's conversations (as many on each).
             stats[name] = self.members[name].learn(episode) | team.data_parallel.mean(means)
         return stats
 
     def replay_without(self, team: TeamEpisode, position: int) -> np.ndarray:
-        """``(B,)`` the later agents' summed task rewards when the chain is played again from
-        ``position + 1`` with the answer at ``position`` blank (the earlier answers kept), averaged over
-        ``replays``. The members act: call it inside ``team.acting()``."""
-        given = {k: KEEP for k in range(position)} | {position: [BLANK] * team.env.num_conversations}
-        total = np.zeros(team.env.num_conversations)
+        """``(B,)`` the other agents' summed task rewards in the turns after ``position``'s first, when the
+        chain is played again from there with every answer of ``position`` blank (the earlier turns kept),
+        averaged over ``replays``. The members act: call it inside ``team.acting()``."""
+        env, N = team.env, len(team.env.possible_agents)
+        blank = [BLANK] * env.num_conversations
+        given = {k: KEEP for k in range(position)} | {r * N + position: blank for r in range(env.rounds)}
+        silent = team.order[position]
+        total = np.zeros(env.num_conversations)
         for k in range(self.replays):  # the first with the episode's random numbers (unless turned off)
-            common = self.common_random_numbers and k == 0
-            total += replay(team, self.members, given, common_random_numbers=common).task_rewards()
+            out = replay(team, self.members, given, common_random_numbers=self.common_random_numbers and k == 0)
+            total += out.task_rewards([n for n in out.episodes if n != silent])
         return total / self.replays
 
     def state_dict(self) -> dict[str, Any]:
@@ -129,3 +142,20 @@ class DifferenceRewards:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
+
+
+def _turn_task_rewards(episode: Episode) -> np.ndarray:
+    """``(turns, B)`` the agent's task reward of each of its turns."""
+    return np.atleast_2d(episode.extra.get("turn_task_rewards", episode.task_rewards))
+
+
+def _later_rewards(turn_rewards: dict[str, np.ndarray], order: list[str], position: int) -> np.ndarray:
+    """``(B,)`` the other agents' task rewards summed over the turns played after ``position``'s first turn (the
+    later agents' in one round)."""
+    N = len(order)
+    later = np.zeros(turn_rewards[order[0]].shape[1])
+    for j, name in enumerate(order):
+        for r, rewards in enumerate(turn_rewards[name]):
+            if j != position and r * N + j > position:
+                later = later + rewards
+    return later

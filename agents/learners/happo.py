@@ -12,7 +12,8 @@ minimises PPO's clipped loss with the advantage ``M^{i_{1:m}} A`` in place of ``
     L^{i_m} = mean_t max(-M_b A_bt rho_bt, -M_b A_bt clip(rho_bt, 1 - eps, 1 + eps))
 
 where ``y^{i}_b`` is agent ``i``'s whole response in conversation ``b`` (an action is an answer:
-its probability is the product of its tokens'), ``x^{i}_b`` its prompt, ``pi_old`` the policy
+its probability is the product of its tokens'; over several rounds, ``--rounds``, everything the agent
+said: the product over its turns, each given its prompt), ``x^{i}_b`` its prompt, ``pi_old`` the policy
 that acted and ``pi_new`` the policy after its update; ``M^{i_1} = 1``. As ``M >= 0``,
 ``min(rho M A, clip(rho) M A) = M min(rho A, clip(rho) A)``: the weight multiplies the advantage
 (:meth:`~cory_agents.learners.ppo.PPOLearner.learn`'s ``advantage_weights``, applied after whitening, as
@@ -64,6 +65,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from cory_agents.learners.base import Episode
 from cory_agents.learners.lm import flag
 from cory_agents.learners.ppo import PPOConfig, PPOLearner
 from cory_agents.learners.team import TeamEpisode
@@ -123,8 +125,6 @@ class HAPPO:
         )
 
     def learn(self, team: TeamEpisode) -> dict[str, dict[str, float]]:
-        if any(ep.turns > 1 for ep in team.episodes.values()):
-            raise ValueError("HAPPO weighs one answer per agent: its episodes must be of one round (rounds=1)")
         names = list(team.episodes)
         order = [names[i] for i in torch.randperm(len(names), generator=self.generator).tolist()]
         log_factor: torch.Tensor | None = None  # log M per conversation, float64 on the CPU; 0 for the first agent
@@ -132,16 +132,17 @@ class HAPPO:
         for position, name in enumerate(order):
             member, episode = self.members[name], team.episodes[name]
             last = position == len(order) - 1
-            before = None if last else member.response_logprobs(episode)
+            before = None if last else conversation_logprobs(member, episode)
             weight = None if log_factor is None else self.weights(log_factor)
-            try:
-                stats[name] = member.learn(episode, advantage_weights=weight)
+            try:  # a conversation's weight on each of its rows (one per turn, turn-major)
+                rows = None if weight is None else weight.repeat(episode.turns)
+                stats[name] = member.learn(episode, advantage_weights=rows)
             except NonFiniteUpdateError as error:
                 raise self.explained(error, log_factor) from error
-            weights = np.ones(len(episode.scores)) if weight is None else weight.numpy()
+            weights = np.ones(episode.num_conversations) if weight is None else weight.numpy()
             stats[name] |= {"update_position": float(position)} | self.factor_stats(weights, log_factor, team)
             if not last:  # this agent's change on each conversation weights the later ones
-                change = (member.response_logprobs(episode) - before).cpu().double()
+                change = (conversation_logprobs(member, episode) - before).cpu().double()
                 log_factor = change if log_factor is None else log_factor + change
         return stats
 
@@ -189,3 +190,9 @@ class HAPPO:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.generator.set_state(state["generator"])
+
+
+def conversation_logprobs(member: PPOLearner, episode: Episode) -> torch.Tensor:
+    """``(B,)`` the log-probability of each conversation's answers by ``member`` (over several rounds its turns'
+    summed: the agent's action is everything it said)."""
+    return member.response_logprobs(episode).reshape(episode.turns, -1).sum(0)

@@ -112,9 +112,10 @@ class TrainConfig(
             )
         if self.templates:
             self.template_list()  # a bad list fails now
-        if self.rounds > 1 and self.learner not in ("ppo", "mappo"):
+        if self.rounds > 1 and self.learner not in ("ppo", "mappo", "happo", "difference"):
             raise UsageError(
-                f"--rounds {self.rounds} trains with --learner ppo or mappo (GAE across an agent's turns); --learner "
+                f"--rounds {self.rounds} trains with --learner ppo, mappo, happo or difference (GAE across an agent's "
+                f"turns); --learner "
                 f"{self.learner} learns from one turn per agent: use --rounds 1 with it"
             )
         if self.learner == "mappo" and len(set(models)) > 1:

@@ -204,7 +204,7 @@ def test_cory_bench_refuses_an_unknown_algorithm(run, tmp_path):
     assert code == 2
     assert the_error(err, "cory-bench") == (
         "--algos ppo grpo: choose among cory, ppo, each alone (with --learner) or as ALGO:LEARNER, LEARNER one of "
-        "ppo, grpo, rloo, happo, difference (cory:happo)"
+        "ppo, grpo, rloo, happo, difference, mappo (cory:happo)"
     )
 
 
@@ -522,7 +522,10 @@ def test_cory_eval_names_the_prompt_source_as_cory_train_does(argv, capsys):
     "flags, error",
     [
         (["--rounds", "0"], "--rounds must be a number at least 1"),
-        (["--rounds", "2", "--learner", "grpo", "--group-size", "2"], "--rounds 2 trains with --learner ppo or mappo"),
+        (
+            ["--rounds", "2", "--learner", "grpo", "--group-size", "2"],
+            "--rounds 2 trains with --learner ppo, mappo, happo or difference",
+        ),
         (["--learner", "mappo", "--models", "a,b"], "--learner mappo trains one critic for the whole team"),
         (["--learner", "difference", "--difference-replays", "0"], "--difference-replays must be a whole number"),
         (["--algo", "ppo", "--task", "signal"], "--task signal is a game of 2 agents, but --algo ppo plays 1"),

@@ -86,3 +86,33 @@ def test_each_agent_learns_from_its_reward_plus_its_help_to_the_later_agents(toy
 def test_difference_rewards_raise_every_learners_reward(toy_model, tmp_path, num_agents):
     rises = team_rises(toy_model, tmp_path, "difference", num_agents)
     assert all(rise > 0.1 for rise in rises.values()), rises
+
+
+def test_over_two_rounds_each_agent_learns_from_the_team_reward_it_made_at_its_last_turn(toy_model, tmp_path):
+    """--rounds 2: D^i = the agent's own turns' rewards + the others' rewards in the turns after its first - the
+    others' rewards in a replay of those turns with every answer of i blank (common random numbers: the replay is
+    deterministic, so it is replayed here as learn replays it)."""
+    from cory_agents.learners.replay import KEEP, replay
+
+    config = toy_config(toy_model, tmp_path, algo="cory", learner="difference", rounds=2, batch_size=8)
+    trainer = Trainer(config, prompts=PROMPTS, reward_fn=fraction_good)
+    team = played(trainer)
+    first, second = team.order
+    turns = {n: team.episodes[n].extra["turn_task_rewards"] for n in team.order}  # (2, 8) each
+    blank = [""] * 8
+    without_first = replay(team, trainer.learners, {0: blank, 2: blank})
+    without_second = replay(team, trainer.learners, {0: KEEP, 1: blank, 3: blank})
+    expected = {
+        first: turns[first].sum(0) + turns[second].sum(0) - without_first.episodes[second].task_rewards,
+        second: turns[second].sum(0) + turns[first][1] - without_second.episodes[first].task_rewards,
+    }
+    seen = {}
+    for name, learner in trainer.learners.items():
+        learn = learner.learn
+        learner.learn = lambda episode, learn=learn, name=name: seen.setdefault(name, episode) and learn(episode)
+    stats = trainer.team.learn(team)
+    for name in team.order:
+        scores = seen[name].scores.reshape(2, 8)
+        np.testing.assert_array_equal(scores[0], np.zeros(8))  # the first turn: nothing of its own
+        np.testing.assert_allclose(scores[1], expected[name], rtol=0, atol=1e-12)
+        assert stats[name]["difference_reward_mean"] == pytest.approx(expected[name].mean())

@@ -146,7 +146,7 @@ def test_the_learner_configs_are_the_command_lines_sections_one_name_one_default
     with pytest.raises(ValueError, match="--group-size is a setting of --learner grpo, rloo, not of --learner ppo"):
         parse_config(["--group-size", "8"])
     with pytest.raises(
-        ValueError, match="--value-lr is a setting of --learner ppo, happo, difference, not of --learner rloo"
+        ValueError, match="--value-lr is a setting of --learner ppo, happo, difference, mappo, not of --learner rloo"
     ):
         parse_config(["--learner", "rloo", "--value-lr", "1e-3"])
     with pytest.raises(SystemExit):  # what makes GRPO or RLOO what it is is not a flag
@@ -292,7 +292,7 @@ def test_cli_help_lists_the_learners():
     from cory_agents.cli.train import build_parser
 
     help_text = build_parser().format_help()
-    assert "--learner {ppo,grpo,rloo,happo,difference}" in help_text and "--value-lr VALUE_LR" in help_text
+    assert "--learner {ppo,grpo,rloo,happo,difference,mappo}" in help_text and "--value-lr VALUE_LR" in help_text
     assert "--group-size GROUP_SIZE" not in help_text
     grpo_help = build_parser("grpo").format_help()
     assert "Learner grpo/rloo" in grpo_help and "--group-size GROUP_SIZE" in grpo_help

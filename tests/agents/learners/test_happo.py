@@ -253,3 +253,29 @@ def test_an_unclipped_weight_past_float32_stops_the_update_and_names_the_clip(to
     assert all(torch.equal(p, untouched[n]) for n, p in team.members[second].model.named_parameters())
     assert not team.members[second].optimizer.state_dict()["state"]
     assert team.members[first].updates == 1 and team.members[second].updates == 0
+
+
+def test_over_two_rounds_an_agents_action_is_all_its_turns(toy_model, tmp_path, monkeypatch):
+    """--rounds 2: the later agent's weight is exp of the earlier agent's log-ratio summed over both its turns, on
+    every row (turn) of the conversation."""
+    config = toy_config(toy_model, tmp_path, algo="cory", learner="happo", rounds=2, batch_size=8)
+    trainer = Trainer(config, prompts=PROMPTS, reward_fn=fraction_good)
+    episode = played(trainer)
+    order = update_order(trainer.team, list(episode.episodes))
+    first, later = order
+    assert episode.episodes[first].turns == 2
+    before = trainer.learners[first].response_logprobs(episode.episodes[first])  # (2 * 8,) turn-major
+    received = {}
+    learn = trainer.learners[later].learn
+
+    def spy(ep, advantage_weights=None):
+        received["weights"] = advantage_weights
+        return learn(ep, advantage_weights=advantage_weights)
+
+    monkeypatch.setattr(trainer.learners[later], "learn", spy)
+    trainer.team.learn(episode)
+    change = (trainer.learners[first].response_logprobs(episode.episodes[first]) - before).double()
+    by_conversation = torch.exp(change[:8] + change[8:])  # both turns of conversation b
+    # HAPPO sums the turns' float32 log-probabilities before the difference, this test after: float32 rounding apart.
+    torch.testing.assert_close(received["weights"], torch.cat([by_conversation, by_conversation]), rtol=2e-5, atol=0)
+    assert not torch.allclose(by_conversation, torch.ones(8, dtype=torch.float64))
