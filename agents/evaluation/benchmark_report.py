@@ -23,8 +23,15 @@ if TYPE_CHECKING:
     from cory_agents.evaluation.reward_benchmark import BenchmarkConfig
     from cory_agents.training.config import TrainConfig
 
-#: Training metrics (last iteration, metrics.csv) and evaluation metrics in the report.
-TRAIN_METRICS = {"task_reward_mean": "task reward", "kl": "KL", "combined_reward": "combined reward"}
+#: Training metrics (the last iterations, metrics.csv) and evaluation metrics in the report. The collective
+#: reward (the learners' task rewards summed: the team's score, in the signalling game its success rate) is a
+#: run's, on its mean-of-learners row (a single learner's: its own task reward).
+TRAIN_METRICS = {
+    "task_reward_mean": "task reward",
+    "kl": "KL",
+    "combined_reward": "combined reward",
+    "collective_reward": "collective reward",
+}
 EVAL_METRICS = {
     "task_reward_mean": "task reward",
     "kl": "KL",
@@ -37,7 +44,7 @@ PLOTS = {"task_reward_mean": "task_reward.png", "kl": "kl.png", "combined_reward
 KL_VS_REWARD_PLOT = "kl_vs_reward.png"
 MEAN_OF_LEARNERS = "mean"  # the learner column of a row that averages a run's learners (CORY's two)
 #: Metrics reported with the t-interval of their mean and tested against the baseline (Welch).
-COMPARED_METRICS = ("task_reward_mean", "kl", "combined_reward")
+COMPARED_METRICS = ("task_reward_mean", "kl", "combined_reward", "collective_reward")
 CONFIDENCE = 0.95
 REWARD_RISE_K = 3  # reward rise: the last k iterations against the first k (k = iterations // 2 if fewer)
 
@@ -47,18 +54,29 @@ def run_dir(out: str | Path, algo: str, seed: int) -> Path:
     return Path(out) / algo.replace(":", "-") / f"seed{seed}"
 
 
-def final_training_metrics(df: pd.DataFrame) -> dict[str, dict[str, float]]:
-    """learner -> metric -> value at the run's last iteration (``df``: its metrics.csv)."""
-    last = df[df["iteration"] == df["iteration"].max()].iloc[-1]
+def final_training_metrics(df: pd.DataFrame, window: int = 1) -> dict[str, dict[str, float]]:
+    """learner -> metric -> its mean over the run's last ``window`` iterations (1: the last iteration; ``df``: its
+    metrics.csv). ``collective_reward``: NaN per learner (the run's is on its mean row, :func:`with_mean_of_learners`)."""
+    curves = df.groupby("iteration").last().sort_index().tail(window)  # a re-logged iteration counts once
     learners = learner_columns(df, "kl")
-    return {name: {m: float(last[f"{name}/{m}"]) for m in TRAIN_METRICS} for name in learners}
+    return {
+        name: {m: float(curves[f"{name}/{m}"].mean()) if m != "collective_reward" else np.nan for m in TRAIN_METRICS}
+        for name in learners
+    }
 
 
 def with_mean_of_learners(per_learner: dict[str, dict[str, float]], metrics: Any) -> dict[str, dict[str, float]]:
+    """``per_learner`` and, for several learners, their mean (:data:`MEAN_OF_LEARNERS`); the collective reward, where
+    ``metrics`` has it, is the learners' task rewards summed (a single learner's own)."""
+    collective = "collective_reward" in metrics and all("task_reward_mean" in v for v in per_learner.values())
     if len(per_learner) < 2:
+        if collective:
+            return {n: {**v, "collective_reward": v["task_reward_mean"]} for n, v in per_learner.items()}
         return per_learner
     values = {m: [np.nan if v.get(m) is None else v[m] for v in per_learner.values()] for m in metrics}
     mean = {m: float(np.mean(v)) for m, v in values.items()}
+    if collective:
+        mean["collective_reward"] = float(np.sum([v["task_reward_mean"] for v in per_learner.values()]))
     return {**per_learner, MEAN_OF_LEARNERS: mean}
 
 
@@ -115,7 +133,9 @@ def _comparisons(summary: list[dict[str, Any]], baseline_algo: str) -> list[dict
             continue
         tests = {
             part: {
-                m: welch_test(row[part][m]["values"], baseline[part][m]["values"], CONFIDENCE) for m in COMPARED_METRICS
+                m: welch_test(row[part][m]["values"], baseline[part][m]["values"], CONFIDENCE)
+                for m in COMPARED_METRICS
+                if m in row[part] and m in baseline[part] and not np.isnan(row[part][m]["values"]).all()
             }
             for part in ("train", "eval")
         }
@@ -132,6 +152,8 @@ def write_report(out: Path, train: TrainConfig, bench: BenchmarkConfig, settings
     frames: dict[str, list[pd.DataFrame]] = {}
     summary = []
     seconds: dict[str, dict[str, Any]] = {}
+    # Every run evaluated on held-out prompts (none in a team game: a model alone scores nothing there).
+    held_out = all((run_dir(out, a, seed) / "evaluation.json").exists() for a in bench.algos for seed in seeds)
     for algo in bench.algos:
         per_seed_train, per_seed_eval, per_seed_rise, per_seed_seconds = [], [], [], []
         for seed in seeds:
@@ -139,9 +161,9 @@ def write_report(out: Path, train: TrainConfig, bench: BenchmarkConfig, settings
             df = read_metrics(folder)
             frames.setdefault(algo.upper(), []).append(df)
             per_seed_seconds.append(float(df.groupby("iteration")["seconds"].last().median()))
-            final = with_mean_of_learners(final_training_metrics(df), TRAIN_METRICS)
+            final = with_mean_of_learners(final_training_metrics(df, bench.final_window), TRAIN_METRICS)
             rises = reward_rises(df, train.batch_size, rise_k)
-            evaluated = json.loads((folder / "evaluation.json").read_text())["learners"]
+            evaluated = json.loads((folder / "evaluation.json").read_text())["learners"] if held_out else {}
             evaluated = with_mean_of_learners(evaluated, EVAL_METRICS)
             runs[f"{algo}/seed{seed}"] = {
                 "train": final,
@@ -159,7 +181,9 @@ def write_report(out: Path, train: TrainConfig, bench: BenchmarkConfig, settings
                     "learner": learner,
                     "seeds": len(seeds),
                     "train": {m: _over_seeds([s[learner][m] for s in per_seed_train]) for m in TRAIN_METRICS},
-                    "eval": {m: _over_seeds([s[learner].get(m) for s in per_seed_eval]) for m in EVAL_METRICS},
+                    "eval": {m: _over_seeds([s.get(learner, {}).get(m) for s in per_seed_eval]) for m in EVAL_METRICS}
+                    if held_out
+                    else {},
                     "reward_rise": None
                     if None in rise
                     else {
@@ -183,6 +207,8 @@ def write_report(out: Path, train: TrainConfig, bench: BenchmarkConfig, settings
         "task": train.task,
         "model": train.model,
         "iterations": train.iterations,
+        "final_window": bench.final_window,
+        "held_out": held_out,
         "seeds": seeds,
         "algos": bench.algos,
         "summary": summary,
@@ -231,15 +257,16 @@ def format_report(report: dict[str, Any]) -> str:
     def tests(part: str) -> list[str]:
         if not report["comparisons"]:
             return []
-        header = ["algo", "learner", "against", *(TRAIN_METRICS[m] for m in COMPARED_METRICS)]
+        compared = [m for m in COMPARED_METRICS if any(m in c[part] for c in report["comparisons"])]
+        header = ["algo", "learner", "against", *(TRAIN_METRICS[m] for m in compared)]
         rows = [
             [
                 c["algo"],
                 c["learner"],
                 f"{c['baseline']['algo']} {c['baseline']['learner']}",
                 *(
-                    f"{fmt(w['difference'])}{interval(w)}, p {_p_value(w['p_value'])}"
-                    for w in (c[part][m] for m in COMPARED_METRICS)
+                    f"{fmt(w['difference'])}{interval(w)}, p {_p_value(w['p_value'])}" if w else "n/a"
+                    for w in (c[part].get(m) for m in compared)
                 ),
             ]
             for c in report["comparisons"]
@@ -250,6 +277,31 @@ def format_report(report: dict[str, Any]) -> str:
             f"[the {level} interval of that difference], two-sided p-value.",
             "",
             markdown_table(header, rows),
+        ]
+
+    window = report.get("final_window", 1)
+    last = "the last iteration" if window == 1 else f"the last {window} iterations"
+    batches = "the final training batch" if window == 1 else f"the last {window} training batches, averaged"
+    no_held_out = [
+        "## Held-out evaluation: none",
+        "",
+        f"--task {report['task']} is a game of several agents: a model alone scores nothing there, so the "
+        "training metrics above, the team's, are the result.",
+        "",
+    ]
+
+    def held_out_section() -> list[str]:
+        return [
+            f"## Held-out evaluation ({bench['eval_split']} split)",
+            "",
+            f"Each final policy answers the same {bench['eval_prompts']} held-out prompts "
+            f"({bench['eval_samples_per_prompt']} sample(s) each) alone, as the pioneer. Distinct-n: distinct "
+            "n-grams / n-grams over all answers; repetition: share of repeated bigrams within an answer (seq-rep-2). "
+            "Falling distinct-n and rising repetition are signs of distribution collapse.",
+            "",
+            table("eval", EVAL_METRICS),
+            *tests("eval"),
+            "",
         ]
 
     baseline = report.get("baseline", "ppo").upper()
@@ -273,24 +325,16 @@ def format_report(report: dict[str, Any]) -> str:
         f"combined reward also [the {level} t-interval of the mean] (none with one seed). "
         f"`{MEAN_OF_LEARNERS}` rows average a run's learners before the seeds.",
         "",
-        "## Training: the last iteration",
+        f"## Training: {last}",
         "",
-        "Task reward and KL (summed over the response, batch mean) of the final training batch; "
-        f"combined reward = task reward - KL coefficient x KL. {rise}",
+        f"Task reward and KL (summed over the response, batch mean) of {batches}; "
+        "combined reward = task reward - KL coefficient x KL; collective reward = the learners' task rewards "
+        f"summed (the team's score; in the signalling game its success rate). {rise}",
         "",
         table("train", TRAIN_METRICS, rise=True),
         *tests("train"),
         "",
-        f"## Held-out evaluation ({bench['eval_split']} split)",
-        "",
-        f"Each final policy answers the same {bench['eval_prompts']} held-out prompts "
-        f"({bench['eval_samples_per_prompt']} sample(s) each) alone, as the pioneer. Distinct-n: distinct n-grams / "
-        "n-grams over all answers; repetition: share of repeated bigrams within an answer (seq-rep-2). "
-        "Falling distinct-n and rising repetition are signs of distribution collapse.",
-        "",
-        table("eval", EVAL_METRICS),
-        *tests("eval"),
-        "",
+        *(held_out_section() if report.get("held_out", True) else no_held_out),
         "## Cost",
         "",
         "Seconds per training iteration (each run's median over its iterations; mean ± std over seeds), "

@@ -97,6 +97,7 @@ class BenchmarkConfig:
     eval_split: str = flag("test", "held-out split of the task's prompts", choices=["train", "test"])
     eval_batch_size: int = flag(32, "conversations generated together in the evaluation")
     eval_seed: int = flag(0, "seed of the held-out prompts and sampling, the same for every run")
+    final_window: int = flag(1, "training iterations averaged for the final training metrics (1: the last)")
     progress: bool = flag(True, "show progress bars")
 
     def __post_init__(self) -> None:
@@ -108,7 +109,7 @@ class BenchmarkConfig:
             )
         if len(set(self.algos)) < len(self.algos):
             raise UsageError(f"--algos {' '.join(self.algos)} names an algorithm twice: give each once")
-        for name in ("seeds", "eval_prompts", "eval_samples_per_prompt", "eval_batch_size"):
+        for name in ("seeds", "eval_prompts", "eval_samples_per_prompt", "eval_batch_size", "final_window"):
             if getattr(self, name) < 1:  # the evaluation's, checked now: it runs after the first training run
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.resume and self.overwrite:
@@ -299,12 +300,8 @@ def run_benchmark(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
     overwrite are set per run). Returns the report (also in ``report.json``).
     """
     train = dataclasses.replace(apply_preset(train), preset="")  # the settings as the runs will use them
-    if (task := get_task(train.task)).min_agents > 1:  # its held-out evaluation plays each model alone
-        raise UsageError(
-            f"cory-bench evaluates each trained model alone on held-out prompts, and --task {task.name} is a game "
-            f"of {task.min_agents} agents (a model alone scores nothing): train it with cory-train, whose "
-            f"metrics.csv has the team's success"
-        )
+    # The held-out evaluation plays each model alone: not in a game of several agents (it scores nothing alone).
+    held_out = get_task(train.task).min_agents == 1
     load_reward(train.reward, train.task)  # a mistyped reward fails now, not after the first runs
     for arm in bench.algos:  # an entry whose settings cannot work fails now, not after the others' runs
         resolve(dataclasses.replace(train, **for_algo(train, arm)))
@@ -323,8 +320,12 @@ def run_benchmark(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
             train, **for_algo(train, algo), seed=seed, out=str(folder), resume=True, overwrite=False
         )
         evaluation = _evaluation(folder, train, bench)
+        if not held_out:  # the training metrics are the result
+            if completed_iterations(folder) < config.iterations:
+                Trainer(config).train(progress=bench.progress)
+                gc.collect()
         # Finished and evaluated with these settings: done, its checkpoints kept or deleted (a CORY one is GBs).
-        if not _evaluation_is_current(folder / "evaluation.json", evaluation, config.iterations):
+        elif not _evaluation_is_current(folder / "evaluation.json", evaluation, config.iterations):
             if completed_iterations(folder) < config.iterations:
                 trainer = Trainer(config)
                 trainer.train(progress=bench.progress)

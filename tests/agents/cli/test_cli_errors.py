@@ -615,11 +615,3 @@ def test_a_game_setting_that_does_not_fit(run, toy_model, tmp_path, flags, error
     code, err = run(cory_train.main, "cory-train", toy_args(toy_model, tmp_path, *flags))
     assert code == 2, err[-2000:]
     assert the_error(err, "cory-train").startswith(error)
-
-
-def test_cory_bench_refuses_a_game_of_two_before_any_run(run, tmp_path):
-    args = ["--algos", "cory", "--task", "signal", "--prompt-source", "auto", "--out", str(tmp_path / "b")]
-    code, err = run(reward_benchmark.main, "cory-bench", args)
-    assert code == 2
-    assert the_error(err, "cory-bench").startswith("cory-bench evaluates each trained model alone")
-    assert not (tmp_path / "b").exists()

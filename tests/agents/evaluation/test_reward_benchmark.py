@@ -179,7 +179,8 @@ def test_report_tests_cory_against_ppo(benchmark):
         assert c["baseline"] == {"algo": "ppo", "learner": "pioneer"}
         cory = rows[c["algo"], c["learner"]]
         for part in ("train", "eval"):
-            assert set(c[part]) == {"task_reward_mean", "kl", "combined_reward"}
+            team = {"collective_reward"} if part == "train" and c["learner"] == "mean" else set()  # a run's
+            assert set(c[part]) == {"task_reward_mean", "kl", "combined_reward"} | team
             for m, test in c[part].items():
                 a, b = cory[part][m]["values"], ppo[part][m]["values"]
                 assert test["difference"] == pytest.approx(sum(a) / 2 - sum(b) / 2)
@@ -372,3 +373,32 @@ def test_console_script_and_module_entry_points():
     assert (
         'if __name__ == "__main__":\n    main()' in (ROOT / "agents" / "evaluation" / "reward_benchmark.py").read_text()
     )
+
+
+def test_a_team_game_is_compared_on_the_teams_training_metrics(tmp_path, toy_model):
+    """--task signal: no held-out evaluation (a model alone scores nothing); the report's training rows are the
+    last --final-window iterations averaged, the collective reward the learners' task rewards summed."""
+    out = tmp_path / "signal"
+    game = ["--task", "signal", "--reward", "signal", "--prompt-source", "auto", "--context-length", "96"]
+    args = toy_args(toy_model, out, *game, "--algos", "cory", "cory:mappo", "--seeds", "2", "--iterations", "3")
+    main([*args, "--final-window", "2"])
+    assert not list(out.glob("*/seed*/evaluation.json"))
+    report = json.loads((out / "report.json").read_text())
+    assert report["held_out"] is False and report["final_window"] == 2
+    rows = {(r["algo"], r["learner"]): r for r in report["summary"]}
+    for algo, folder in (("cory", "cory"), ("cory:mappo", "cory-mappo")):
+        by_hand = []
+        for seed in (0, 1):
+            df = pd.read_csv(out / folder / f"seed{seed}" / "metrics.csv").tail(2)
+            by_hand.append((df["llm_0/task_reward_mean"] + df["llm_1/task_reward_mean"]).mean())
+        assert rows[(algo, "mean")]["train"]["collective_reward"]["values"] == pytest.approx(by_hand)
+        assert rows[(algo, "mean")]["eval"] == {}
+    test = next(c for c in report["comparisons"] if c["algo"] == "cory:mappo" and c["learner"] == "mean")
+    assert "collective_reward" in test["train"] and test["eval"] == {}
+    text = (out / "report.md").read_text()
+    assert "Held-out evaluation: none" in text and "the last 2 iterations" in text and "collective reward" in text
+    before = mtimes(out)
+    main([*args, "--final-window", "2", "--resume"])  # finished: nothing trains again
+    assert {k: v for k, v in mtimes(out).items() if k.endswith("metrics.csv")} == {
+        k: v for k, v in before.items() if k.endswith("metrics.csv")
+    }
