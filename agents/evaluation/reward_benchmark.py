@@ -73,6 +73,8 @@ from cory_env.tasks import get_task
 
 #: TrainConfig fields the benchmark sets for each run itself.
 PER_RUN = ("algo", "seed", "out", "resume", "overwrite")
+#: A run's file, in a game without held-out evaluation, that says it finished training (and how far).
+TRAINED = "trained.json"
 #: ``--algos`` by default: the single-agent baseline and CORY.
 DEFAULT_ALGOS = ("ppo", "cory")
 #: Settings a --resume may change: they do not change what a finished run means.
@@ -180,6 +182,14 @@ def completed_iterations(folder: Path) -> int:
     return 0 if checkpoint is None else checkpoint_iteration(checkpoint) + 1
 
 
+def _trained(folder: Path) -> int:
+    """The iterations a run of a team game finished (its TRAINED file; 0 without one)."""
+    try:
+        return int(json.loads((folder / TRAINED).read_text())["iterations_trained"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
 def _settings(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
     shared = {k: v for k, v in dataclasses.asdict(train).items() if k not in PER_RUN}
     return {"train": shared, "benchmark": dataclasses.asdict(bench)}
@@ -255,6 +265,8 @@ def _check_finished_runs(out: Path, train: TrainConfig, bench: BenchmarkConfig, 
     not evaluate it."""
     stuck = []
     for folder in folders:
+        if (done := _trained(folder)) and done < train.iterations and latest_checkpoint(folder) is None:
+            stuck.append(f"{folder.relative_to(out)} ({done} iterations)")  # a team game's: no evaluation
         path = folder / "evaluation.json"
         if path.exists() and latest_checkpoint(folder) is None:
             if not _evaluation_is_current(path, _evaluation(folder, train, bench), train.iterations):
@@ -320,10 +332,11 @@ def run_benchmark(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
             train, **for_algo(train, algo), seed=seed, out=str(folder), resume=True, overwrite=False
         )
         evaluation = _evaluation(folder, train, bench)
-        if not held_out:  # the training metrics are the result
-            if completed_iterations(folder) < config.iterations:
+        if not held_out:  # the training metrics are the result; TRAINED marks the run finished
+            if _trained(folder) < config.iterations:  # (its checkpoints may then be deleted)
                 Trainer(config).train(progress=bench.progress)
                 gc.collect()
+                write_json(folder / TRAINED, {"iterations_trained": completed_iterations(folder)})
         # Finished and evaluated with these settings: done, its checkpoints kept or deleted (a CORY one is GBs).
         elif not _evaluation_is_current(folder / "evaluation.json", evaluation, config.iterations):
             if completed_iterations(folder) < config.iterations:

@@ -21,9 +21,9 @@ The sampler draws one uniform number per conversation per token (:func:`~cory_ag
 so a conversation whose prompt the changed answer does not reach is played exactly as before, and
 elsewhere the replay's answer differs from the episode's only through the change: the noise of a
 fresh sample cancels in the difference (Glasserman and Yao, 1992; the counterfactuals of
-:mod:`cory_agents.learners.difference`). ``False`` draws fresh samples, as independent rollouts would.
-Either way each member's generator is left where the episode left it: the next episode's samples
-do not depend on the replays made.
+:mod:`cory_agents.learners.difference`). Each member's generator is then set back where the episode left
+it: the next episode's samples do not depend on the replays made. ``False`` draws fresh samples, as
+independent rollouts would: the members' generators advance, so two fresh replays differ.
 
 The replay returns each learner's :class:`~cory_agents.learners.base.Episode` of the turns it played or was held
 to (its final step's, as the trainer builds them) with its final info; learners whose every turn was
@@ -96,7 +96,10 @@ def replay(
     texts = [history[k][2] if answers[k] is KEEP else list(answers[k]) for k in range(leading)]
     fed = {k: _tokens(played, k, answers[k]) for k in answers if k > leading}
 
+    # With common random numbers the generators are set back afterwards; fresh samples advance them.
     after_episode = {n: m.sampling_generator.get_state() for n, m in members.items() if _samples(m)}
+    if not common_random_numbers:
+        after_episode = {}
     env = copy.copy(played)
     env.reset(options={"answers": texts})
     episodes, infos = {}, {}

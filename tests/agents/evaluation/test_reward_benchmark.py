@@ -397,8 +397,13 @@ def test_a_team_game_is_compared_on_the_teams_training_metrics(tmp_path, toy_mod
     assert "collective_reward" in test["train"] and test["eval"] == {}
     text = (out / "report.md").read_text()
     assert "Held-out evaluation: none" in text and "the last 2 iterations" in text and "collective reward" in text
+    assert json.loads((out / "cory-mappo" / "seed1" / "trained.json").read_text()) == {"iterations_trained": 3}
+    for run in out.glob("*/seed*"):  # finished runs' checkpoints may go (GBs each at full size)
+        shutil.rmtree(run / "checkpoints")
     before = mtimes(out)
     main([*args, "--final-window", "2", "--resume"])  # finished: nothing trains again
     assert {k: v for k, v in mtimes(out).items() if k.endswith("metrics.csv")} == {
         k: v for k, v in before.items() if k.endswith("metrics.csv")
     }
+    with pytest.raises(UsageError, match="have no checkpoint left"):  # longer would start again from 0: refused
+        main([*args[:-1], "4", "--final-window", "2", "--resume"])

@@ -40,13 +40,18 @@ def test_a_turn_played_again_with_the_episodes_random_numbers_is_the_episodes_tu
     assert not np.array_equal(responses(fresh.episodes[observer]), responses(team.episodes[observer]))
 
 
-def test_a_replay_leaves_every_generator_where_the_episode_left_it(toy_model, tmp_path):
+def test_common_random_numbers_leave_the_generators_where_the_episode_left_them_fresh_ones_advance(toy_model, tmp_path):
     trainer, team = played(toy_model, tmp_path)
+    pioneer, observer = team.order
     before = {n: learner.sampling_generator.get_state() for n, learner in trainer.learners.items()}
-    for common in (True, False):
-        replay(team, trainer.learners, {0: [""] * 8}, common_random_numbers=common)
-        for name, learner in trainer.learners.items():
-            assert torch.equal(learner.sampling_generator.get_state(), before[name])
+    replay(team, trainer.learners, {0: [""] * 8})
+    for name, learner in trainer.learners.items():
+        assert torch.equal(learner.sampling_generator.get_state(), before[name])
+    first, second = (
+        replay(team, trainer.learners, {0: [""] * 8}, common_random_numbers=False).episodes[observer] for _ in range(2)
+    )
+    assert not torch.equal(trainer.learners[observer].sampling_generator.get_state(), before[observer])
+    assert not np.array_equal(responses(first), responses(second))  # two fresh samples
 
 
 def test_a_later_answer_is_held_token_for_token_while_an_earlier_one_is_played_again(toy_model, tmp_path):
