@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 #: Training metrics (the last iterations, metrics.csv) and evaluation metrics in the report. The collective
 #: reward (the learners' task rewards summed: the team's score, in the signalling game its success rate) is a
-#: run's, on its mean-of-learners row (a single learner's: its own task reward).
+#: team's, on its mean-of-learners row (a run of one learner has none).
 TRAIN_METRICS = {
     "task_reward_mean": "task reward",
     "kl": "KL",
@@ -67,11 +67,10 @@ def final_training_metrics(df: pd.DataFrame, window: int = 1) -> dict[str, dict[
 
 def with_mean_of_learners(per_learner: dict[str, dict[str, float]], metrics: Any) -> dict[str, dict[str, float]]:
     """``per_learner`` and, for several learners, their mean (:data:`MEAN_OF_LEARNERS`); the collective reward, where
-    ``metrics`` has it, is the learners' task rewards summed (a single learner's own)."""
+    ``metrics`` has it, is the learners' task rewards summed, on the mean row (a team's score: a single learner
+    has none, so a team is never compared with one agent alone on it)."""
     collective = "collective_reward" in metrics and all("task_reward_mean" in v for v in per_learner.values())
     if len(per_learner) < 2:
-        if collective:
-            return {n: {**v, "collective_reward": v["task_reward_mean"]} for n, v in per_learner.items()}
         return per_learner
     values = {m: [np.nan if v.get(m) is None else v[m] for v in per_learner.values()] for m in metrics}
     mean = {m: float(np.mean(v)) for m, v in values.items()}
@@ -135,7 +134,10 @@ def _comparisons(summary: list[dict[str, Any]], baseline_algo: str) -> list[dict
             part: {
                 m: welch_test(row[part][m]["values"], baseline[part][m]["values"], CONFIDENCE)
                 for m in COMPARED_METRICS
-                if m in row[part] and m in baseline[part] and not np.isnan(row[part][m]["values"]).all()
+                if m in row[part]
+                and m in baseline[part]
+                and not np.isnan(row[part][m]["values"]).all()
+                and not np.isnan(baseline[part][m]["values"]).all()
             }
             for part in ("train", "eval")
         }

@@ -40,6 +40,7 @@ import argparse
 import dataclasses
 import gc
 import json
+import signal
 import sys
 import typing
 from collections.abc import Iterable
@@ -182,6 +183,13 @@ def completed_iterations(folder: Path) -> int:
     return 0 if checkpoint is None else checkpoint_iteration(checkpoint) + 1
 
 
+def _stop_if_stopped(trainer: Trainer) -> None:
+    """A run stopped by Ctrl-C or SIGTERM (its checkpoint written) stops the benchmark too: exit ``128 + signal``,
+    as cory-train does; ``--resume`` continues it."""
+    if trainer.stopped_by:
+        sys.exit(128 + getattr(signal.Signals, trainer.stopped_by, signal.SIGTERM).value)
+
+
 def _trained(folder: Path) -> int:
     """The iterations a run of a team game finished (its TRAINED file; 0 without one)."""
     try:
@@ -313,7 +321,13 @@ def run_benchmark(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
     """
     train = dataclasses.replace(apply_preset(train), preset="")  # the settings as the runs will use them
     # The held-out evaluation plays each model alone: not in a game of several agents (it scores nothing alone).
-    held_out = get_task(train.task).min_agents == 1
+    task = get_task(train.task)
+    held_out = task.min_agents == 1
+    if alone := [arm for arm in bench.algos if arm.partition(":")[0] == "ppo" and task.min_agents > 1]:
+        raise UsageError(
+            f"--task {task.name} is a game of {task.min_agents} agents, and --algos {' '.join(alone)} trains one "
+            f"alone: drop it from --algos (e.g. --algos cory cory:mappo)"
+        )
     load_reward(train.reward, train.task)  # a mistyped reward fails now, not after the first runs
     for arm in bench.algos:  # an entry whose settings cannot work fails now, not after the others' runs
         resolve(dataclasses.replace(train, **for_algo(train, arm)))
@@ -334,7 +348,10 @@ def run_benchmark(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
         evaluation = _evaluation(folder, train, bench)
         if not held_out:  # the training metrics are the result; TRAINED marks the run finished
             if _trained(folder) < config.iterations:  # (its checkpoints may then be deleted)
-                Trainer(config).train(progress=bench.progress)
+                trainer = Trainer(config)
+                trainer.train(progress=bench.progress)
+                _stop_if_stopped(trainer)
+                del trainer
                 gc.collect()
                 write_json(folder / TRAINED, {"iterations_trained": completed_iterations(folder)})
         # Finished and evaluated with these settings: done, its checkpoints kept or deleted (a CORY one is GBs).
@@ -342,6 +359,7 @@ def run_benchmark(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
             if completed_iterations(folder) < config.iterations:
                 trainer = Trainer(config)
                 trainer.train(progress=bench.progress)
+                _stop_if_stopped(trainer)
                 del trainer
                 gc.collect()
             evaluate(evaluation, progress=bench.progress)

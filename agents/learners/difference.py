@@ -38,8 +38,9 @@ Each member then learns from its episode with ``D^i`` as the reward (any per-age
 PPO by default, the KL penalty its own). The cost is the counterfactual rollout: in a chain of
 ``N`` agents, agent ``i``'s replay plays the ``N - 1 - i`` agents after it, ``N (N - 1) / 2``
 turns an iteration beside the ``N`` of the episode (one more turn, for two agents: half the
-episode again, plus a reward call); over ``R`` rounds each agent's replay plays the turns after its
-first again (for two agents ``2 R - 1`` turns, then ``2 R - 2``). The environment replays an episode with given answers
+episode again, plus a reward call); over ``R`` rounds each agent's replay plays the others' turns after
+its first again, ``R`` turns for the first of two agents and ``R - 1`` for the second (its own blank turns
+are fed, not generated). The environment replays an episode with given answers
 through ``reset(options={"answers": ...})`` on a copy of itself.
 
 Beside a centralised critic (:mod:`cory_agents.learners.mappo`): in this chain every agent sees the

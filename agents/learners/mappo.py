@@ -137,6 +137,12 @@ class MAPPO:
         prompts = [torch.tensor(private[r % B], dtype=ids.dtype) for r in range(ids.shape[0])]
         prompts = [torch.cat([z, row[:-T][m[:-T].bool()]]) for z, row, m in zip(prompts, ids, mask)]
         P = max(len(p) for p in prompts)
+        window = getattr(getattr(self.critic.lm, "config", None), "max_position_embeddings", None)
+        if isinstance(window, int) and P + T > window:
+            raise ValueError(
+                f"the critic's input (the private fields, then a prompt and its answer) has {P + T} tokens, past the "
+                f"model's {window} positions: shorten the private fields or the prompts, or lower --context-length"
+            )
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         out = torch.full((ids.shape[0], P + T), pad, dtype=ids.dtype)
         out_mask = torch.zeros_like(out, dtype=mask.dtype)

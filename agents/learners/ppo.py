@@ -200,8 +200,8 @@ class PPOLearner(LMLearner):
     ) -> dict[str, float]:
         """One PPO update on one batched episode; returns the iteration's statistics.
 
-        ``advantage_weights`` (``(B,)``, non-negative): each conversation's advantages are multiplied
-        by its weight after whitening: a team learner's (HAPPO's factor, :mod:`cory_agents.learners.happo`).
+        ``advantage_weights`` (``(rows,)``, non-negative: one per conversation, or over several rounds one per
+        row, turn-major): each row's advantages are multiplied by its weight after whitening: a team learner's (HAPPO's factor, :mod:`cory_agents.learners.happo`).
 
         ``advantages`` (``(rows, T)`` over the response tokens, as the episode's rows): a team learner's
         (MAPPO's GAE from a shared critic), used instead of this learner's own GAE, whitened likewise

@@ -18,16 +18,17 @@ the later turns, in the new conversation.
 at the start of the same turn in the episode (``common_random_numbers=True``, the default, from the
 states the trainer's rollout recorded in :attr:`~cory_agents.learners.team.TeamEpisode.sampling_states`).
 The sampler draws one uniform number per conversation per token (:func:`~cory_agents.acting.actor.sample_categorical`),
-so a conversation whose prompt the changed answer does not reach is played exactly as before, and
+so a conversation whose prompt the changed answer does not reach is played as before, token for token
+(up to float rounding where other rows' lengths change the batch's padding, as bf16 or some kernels may), and
 elsewhere the replay's answer differs from the episode's only through the change: the noise of a
 fresh sample cancels in the difference (Glasserman and Yao, 1992; the counterfactuals of
 :mod:`cory_agents.learners.difference`). Each member's generator is then set back where the episode left
 it: the next episode's samples do not depend on the replays made. ``False`` draws fresh samples, as
 independent rollouts would: the members' generators advance, so two fresh replays differ.
 
-The replay returns each learner's :class:`~cory_agents.learners.base.Episode` of the turns it played or was held
-to (its final step's, as the trainer builds them) with its final info; learners whose every turn was
-given as text are absent.
+The replay returns each learner's :class:`~cory_agents.learners.base.Episode` of the turns it played or was fed
+in the replay (its final step's, as the trainer builds them) with its final info; a learner whose every turn
+was among the leading given turns is absent (a turn given after a played one is fed, so its learner appears).
 """
 
 from __future__ import annotations
@@ -81,7 +82,10 @@ def replay(
     N, turns = len(roles), len(roles) * played.rounds
     history = played.history
     if len(history) != turns:
-        raise RuntimeError(f"replay needs a finished episode: {len(history)} of its {turns} turns were played")
+        raise RuntimeError(
+            f"replay needs a finished episode: {len(history)} of its {turns} turns were played; call it from a team "
+            f"learner's learn(), after the rollout"
+        )
     for k, given in answers.items():
         if not (isinstance(k, int) and 0 <= k < turns):
             raise ValueError(f"answers are keyed by turn, 0 to {turns - 1} (round * {N} + position), got {k!r}")

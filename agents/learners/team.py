@@ -51,6 +51,7 @@ from pettingzoo import AECEnv
 from torch import nn
 
 from cory_agents.distributed.data_parallel import DataParallel
+from cory_agents.distributed.fsdp import is_sharded
 from cory_agents.distributed.optimizer_step import OptimizerSteps, optimizer_steps
 from cory_agents.learners.base import Episode, Learner
 
@@ -105,15 +106,17 @@ class TeamRun:
     references: dict[str, nn.Module] = field(default_factory=dict)
     data_parallel: DataParallel = field(default_factory=DataParallel)
     modules: dict[str, nn.Module] = field(default_factory=dict)
+    _optimizers: int = field(default=0, repr=False)
 
     def own(self, name: str, module: nn.Module) -> nn.Module:
         """Place a module the team trains (its trainable weights: ``requires_grad``): on the device, with the
-        main process's weights on every process, sharded under FSDP. Build its optimizer from the module
-        returned, after this call."""
+        main process's weights on every process, sharded under FSDP (as one unit with its decoder layers; a module
+        whose parts the caller sharded already, ``data_parallel.shard(part)``, is left as they are). Build its
+        optimizer from the module returned, after this call."""
         if name in self.modules:
             raise ValueError(f"the team already owns a module named {name!r}")
         module = module.to(self.device)
-        if self.data_parallel.sharded:
+        if self.data_parallel.sharded and not any(is_sharded(p) for p in module.parameters()):
             self.data_parallel.shard(module)
         self.data_parallel.broadcast_parameters(module.parameters())
         self.modules[name] = module
@@ -123,7 +126,17 @@ class TeamRun:
         self, module: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float | None = None
     ) -> OptimizerSteps:
         """How ``optimizer`` (over an owned module's weights) steps in this run, as a member's does
-        (:mod:`cory_agents.distributed.optimizer_step`): ``backward(loss)``, ``step()``, ``state_dict()``."""
+        (:mod:`cory_agents.distributed.optimizer_step`): ``backward(loss)``, ``step()``, ``state_dict()``.
+
+        Under FSDP the trainer re-shards a resumed team state as a member's: the owned modules' weights by name,
+        and one optimizer's state, saved under the key ``"optimizer"`` of the team's ``state_dict``, over the
+        owned modules' weights in the order :meth:`own` received them; so one optimizer per team there."""
+        if self.data_parallel.sharded and self._optimizers:
+            raise ValueError(
+                "under FSDP a team steps one optimizer over all its owned modules (saved under 'optimizer' in its "
+                "state_dict): build one optimizer over every module you own()"
+            )
+        self._optimizers += 1
         return optimizer_steps(module, optimizer, self.data_parallel, max_grad_norm)
 
     def trainable_parameters(self) -> list[nn.Parameter]:

@@ -43,6 +43,7 @@ from cory_agents.learners.ppo import PPOConfig, PPOLearner
 from cory_agents.learners.team import TeamLearner, TeamRun
 from cory_agents.learners.value_model import CausalLMWithValueHead
 from cory_agents.speed import padding_free
+from cory_agents.speed.cpu_linear import use_cpu_linear
 from cory_agents.speed.scoring_reuse import reuse_scoring_pass
 from cory_env.models import load_causal_lm
 
@@ -94,7 +95,16 @@ def difference_team(config, members, *, seed) -> DifferenceRewards:
 def mappo_team(config, members, *, seed, run: TeamRun) -> MAPPO:
     """MAPPO: PPO members and one critic over the global state, a fresh copy of the run's model that the team owns."""
     model = config.agent_models()[next(iter(members))]  # one model for the whole team (the config checked)
-    critic = run.own("critic", build_critic(load_causal_lm(model)))
+    critic = build_critic(load_causal_lm(model, device=run.device))
+    if config.padding_free:
+        padding_free.enable(critic)
+    if config.cpu_linear and run.device.type == "cpu":
+        use_cpu_linear(critic.lm)
+    if config.gradient_checkpointing:
+        critic.lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    run.data_parallel.shard(critic.lm)  # FSDP: as a member's policy, the LM by its decoder layers, the head alone
+    run.data_parallel.shard(critic.v_head)
+    critic = run.own("critic", critic)
     tokenizer = run.tokenizers[next(iter(members))]
     return MAPPO(members, critic, tokenizer, run, config.learner_config(), seed=seed)
 

@@ -173,14 +173,16 @@ def test_report_tests_cory_against_ppo(benchmark):
     report = json.loads((out / "report.json").read_text())
     rows = {(r["algo"], r["learner"]): r for r in report["summary"]}
     ppo = rows["ppo", "pioneer"]
+    assert all(v is None for v in ppo["train"]["collective_reward"]["values"])  # one agent: no team score (JSON null)
+    assert all(v is not None for v in rows["cory", "mean"]["train"]["collective_reward"]["values"])
     compared = [(c["algo"], c["learner"]) for c in report["comparisons"]]
     assert compared == [("cory", "llm_0"), ("cory", "llm_1"), ("cory", "mean")]
     for c in report["comparisons"]:
         assert c["baseline"] == {"algo": "ppo", "learner": "pioneer"}
         cory = rows[c["algo"], c["learner"]]
         for part in ("train", "eval"):
-            team = {"collective_reward"} if part == "train" and c["learner"] == "mean" else set()  # a run's
-            assert set(c[part]) == {"task_reward_mean", "kl", "combined_reward"} | team
+            # No collective reward against PPO: one agent alone has none (a team's would be twice its reward).
+            assert set(c[part]) == {"task_reward_mean", "kl", "combined_reward"}
             for m, test in c[part].items():
                 a, b = cory[part][m]["values"], ppo[part][m]["values"]
                 assert test["difference"] == pytest.approx(sum(a) / 2 - sum(b) / 2)
@@ -407,3 +409,36 @@ def test_a_team_game_is_compared_on_the_teams_training_metrics(tmp_path, toy_mod
     }
     with pytest.raises(UsageError, match="have no checkpoint left"):  # longer would start again from 0: refused
         main([*args[:-1], "4", "--final-window", "2", "--resume"])
+
+
+def test_a_stopped_run_stops_the_benchmark_and_resumes(tmp_path, toy_model, monkeypatch):
+    """A run that Ctrl-C or SIGTERM stopped (its checkpoint written) stops cory-bench with 128 + the signal: no later
+    run starts, the stopped one is not marked trained; --resume continues it."""
+    from cory_agents.evaluation import reward_benchmark
+
+    class StoppedAfterOneIteration(reward_benchmark.Trainer):
+        def train(self, progress: bool = True):
+            self.config = dataclasses.replace(self.config, iterations=1)  # as if stopped after iteration 1
+            out = super().train(progress)
+            self.stopped_by = "SIGTERM"
+            return out
+
+    out = tmp_path / "signal"
+    game = ["--task", "signal", "--reward", "signal", "--prompt-source", "auto", "--context-length", "96"]
+    args = toy_args(toy_model, out, *game, "--algos", "cory", "cory:happo", "--seeds", "1", "--iterations", "2")
+    monkeypatch.setattr(reward_benchmark, "Trainer", StoppedAfterOneIteration)
+    with pytest.raises(SystemExit) as stopped:
+        main(args)
+    assert stopped.value.code == 128 + 15
+    assert not (out / "cory" / "seed0" / "trained.json").exists() and not (out / "cory-happo").exists()
+    monkeypatch.undo()
+    main([*args, "--resume"])
+    assert pd.read_csv(out / "cory" / "seed0" / "metrics.csv")["iteration"].tolist() == [0, 1]
+    assert json.loads((out / "cory-happo" / "seed0" / "trained.json").read_text()) == {"iterations_trained": 2}
+
+
+def test_a_game_of_two_refuses_the_single_agent_baseline(tmp_path):
+    out = tmp_path / "b"
+    with pytest.raises(UsageError, match=r"--algos ppo trains one alone: drop it from --algos \(e.g. --algos cory"):
+        main(["--task", "signal", "--prompt-source", "auto", "--algos", "ppo", "cory", "--out", str(out)])
+    assert not out.exists()

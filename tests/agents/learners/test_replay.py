@@ -102,3 +102,21 @@ def test_where_no_later_prompt_reads_an_answer_its_difference_reward_is_its_own_
     assert not np.array_equal(noisy, later)
     averaged = DifferenceRewards(trainer.learners, replays=3).replay_without(team, 0)
     assert averaged.shape == later.shape and not np.array_equal(averaged, later)  # two fresh replays in it
+
+
+def test_over_two_rounds_the_later_turns_replay_with_their_own_random_numbers(toy_model, tmp_path):
+    """Common random numbers in round 2: each turn after the held first one is played again from the generator state
+    its own turn started with, so the whole episode comes back, token for token."""
+    trainer, team = played(toy_model, tmp_path, rounds=2)
+    assert all(len(states) == 2 for states in team.sampling_states.values())  # one per turn
+    out = replay(team, trainer.learners, {0: KEEP})
+    for name in team.order:
+        again, real = out.episodes[name], team.episodes[name]
+        if name == team.order[0]:  # the held pioneer's first turn is given: only its second is replayed
+            T = real.response_width
+            np.testing.assert_array_equal(
+                responses(again),
+                (real.input_ids[8:, -T:] * real.attention_mask[8:, -T:]).numpy()[:, : again.response_width],
+            )
+        else:
+            np.testing.assert_array_equal(responses(again), responses(real))
