@@ -31,6 +31,19 @@ other), so the script prints how busy the other processes kept the CPUs during t
 rounds and warns when they were: such a run's figures mean little.
 
     python benchmarks/rollout.py --batch-size 16 --max-new-tokens 15 --rounds 3
+
+``--tiny``: where per-token overhead dominates. A 2-layer, 64-wide Llama over a 1024-token vocabulary
+(random weights) decodes ``--max-new-tokens`` tokens after a 16-token prompt at batch 1, 8 and 64, by
+four paths measured side by side, interleaved: the eager :class:`LMActor` (dynamic cache), the compiled
+actor (``cache_length``: static cache and compiled step, ``--compile``), ``model.generate`` (dynamic
+cache) and ``model.generate(cache_implementation="static")`` with its forward compiled. Each path's
+decode time per step is (time for T tokens - time for 1 token) / (T - 1): the prefill cancels. It
+prints decode tokens/s and the ratios the issue asks for (compiled actor / eager actor, compiled actor
+/ static generate), each path's compile time, and the ATen operators one eager decode step dispatches
+(counted with a ``TorchDispatchMode``: what a GPU would launch in eager mode) beside the kernels of the
+compiled step.
+
+    python benchmarks/rollout.py --tiny --max-new-tokens 32 --rounds 5
 """
 
 from __future__ import annotations
@@ -129,6 +142,148 @@ def other_processes_cpu_seconds() -> float | None:
     return machine - (own.user + own.system)
 
 
+# ------------------------------------------------------------------ --tiny: the overhead-bound regime
+TINY_BATCHES = (1, 8, 64)
+TINY_PROMPT = 16
+
+
+def tiny_llama(seed: int = 0):
+    """The overhead-bound model: 2 layers, 64 wide, vocabulary 1024, random weights."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=1024,
+        hidden_size=64,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=512,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def actor_decode(actor: LMActor, prompt: torch.Tensor, new_tokens: int) -> float:
+    """Seconds for ``actor`` to answer ``prompt`` ``(B, P)`` with ``new_tokens`` tokens, as the environment feeds it
+    (a prefill observation, then one new column per step)."""
+    B, P = prompt.shape
+    L = P + new_tokens
+    ids = np.zeros((B, L), dtype=np.int64)
+    mask = np.zeros((B, L), dtype=np.int64)
+    ids[:, :P], mask[:, :P] = prompt.numpy(), 1
+    start = time.perf_counter()
+    for t in range(new_tokens):
+        past, new = (0, P) if t == 0 else (P + t - 1, 1)
+        width = past + new
+        observation = {
+            "input_ids": ids[:, :width],
+            "attention_mask": mask[:, :width],
+            "past_length": np.full(B, past),
+            "num_new_tokens": np.full(B, new),
+        }
+        token = actor.act("pioneer", observation)
+        ids[:, width], mask[:, width] = token, 1
+    return time.perf_counter() - start
+
+
+def generate_decode(model, prompt: torch.Tensor, new_tokens: int, static: bool) -> float:
+    """Seconds for ``model.generate`` to answer ``prompt`` with ``new_tokens`` tokens (no early stop)."""
+    from transformers import CompileConfig
+
+    extra = {}
+    if static:
+        compile_config = CompileConfig(mode="reduce-overhead" if prompt.is_cuda else "default")
+        compile_config._compile_all_devices = True  # on a CPU too
+        extra = dict(cache_implementation="static", compile_config=compile_config)
+    start = time.perf_counter()
+    model.generate(
+        input_ids=prompt,
+        attention_mask=torch.ones_like(prompt),
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        eos_token_id=model.config.vocab_size + 7,  # never sampled: every row runs to new_tokens
+        pad_token_id=0,
+        **SAMPLING,
+        **extra,
+    )
+    return time.perf_counter() - start
+
+
+def dispatched_ops(fn) -> int:
+    """ATen operators ``fn()`` dispatches (each one kernel launch in eager mode on a GPU)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.n += 1
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        fn()
+    return Count.n
+
+
+def tiny_main(args: argparse.Namespace) -> None:
+    """``--tiny``: the four decode paths side by side at each batch size (module docstring)."""
+    import torch._inductor.metrics as inductor_metrics
+
+    T = args.max_new_tokens
+    model = tiny_llama(args.seed)
+    paths = {
+        "eager actor": lambda prompt, n: actor_decode(LMActor(model, **SAMPLING), prompt, n),
+        "compiled actor": None,  # one actor per batch size, built below (its static cache and compiled step)
+        "generate": lambda prompt, n: generate_decode(model, prompt, n, static=False),
+        "generate static+compiled": lambda prompt, n: generate_decode(model, prompt, n, static=True),
+    }
+    print(f"tiny Llama (2 layers, 64 wide, vocabulary 1024), prompt {TINY_PROMPT}, {T} new tokens, "
+          f"torch threads={torch.get_num_threads()}, {args.rounds} rounds; decode tokens/s (prefill excluded)")  # fmt: skip
+    for B in TINY_BATCHES:
+        prompt = torch.randint(3, 1024, (B, TINY_PROMPT), generator=torch.Generator().manual_seed(B))
+        compiled = LMActor(model, **SAMPLING, cache_length=TINY_PROMPT + T)
+        paths["compiled actor"] = lambda prompt, n, actor=compiled: actor_decode(actor, prompt, n)
+        compile_s = {}
+        for name, run in paths.items():  # warm up: compile, allocate
+            compile_s[name] = run(prompt, T)
+        rates: dict[str, list[float]] = {name: [] for name in paths}
+        for _ in range(args.rounds):  # interleaved, so that the machine's drifts touch every path alike
+            for name, run in paths.items():
+                step = (run(prompt, T) - run(prompt, 1)) / (T - 1)
+                rates[name].append(B / step)
+        rate = {name: statistics.median(r) for name, r in rates.items()}
+        print(f"\nB={B}")
+        for name in paths:
+            print(f"  {name:26s} {rate[name]:10.0f} tokens/s   {B / rate[name] * 1e3:7.2f} ms/step   "
+                  f"first call {compile_s[name]:6.1f} s")  # fmt: skip
+        ratios = [
+            statistics.median(c / e for c, e in zip(rates["compiled actor"], rates["eager actor"])),
+            statistics.median(c / g for c, g in zip(rates["compiled actor"], rates["generate static+compiled"])),
+        ]
+        print(f"  compiled actor / eager actor: {ratios[0]:.2f}x (target >= 3);  "
+              f"compiled actor / static+compiled generate: {ratios[1]:.2f}x (target >= 1.0)")  # fmt: skip
+    # Operators per decode step, at B=8: the eager actor's dispatched ATen ops against the compiled step's kernels.
+    prompt = torch.randint(3, 1024, (8, TINY_PROMPT), generator=torch.Generator().manual_seed(0))
+    step = {
+        "input_ids": np.concatenate([prompt.numpy(), np.full((8, 1), 5)], axis=1),
+        "attention_mask": np.ones((8, TINY_PROMPT + 1), dtype=np.int64),
+        "past_length": np.full(8, TINY_PROMPT),
+        "num_new_tokens": np.full(8, 1),
+    }
+    eager = LMActor(model, **SAMPLING)
+    actor_decode(eager, prompt, 1)  # the prefill: the cache holds the prompt
+    eager_ops = dispatched_ops(lambda: eager.next_token_logits("pioneer", step))
+    inductor_metrics.reset()
+    torch._dynamo.reset()
+    actor_decode(LMActor(model, **SAMPLING, cache_length=TINY_PROMPT + 2), prompt, 2)  # compiles the step afresh
+    print(
+        f"\noperators per decode step (B=8): eager {eager_ops} ATen operators dispatched; compiled step: "
+        f"{inductor_metrics.generated_kernel_count} kernels generated (besides its extern matmul calls); on a GPU "
+        f"with mode='reduce-overhead', one CUDA graph replay"
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batch-size", type=int, default=16, help="conversations in lockstep (B); generate batch size")
@@ -138,7 +293,10 @@ def main() -> None:
     p.add_argument("--model", default=EMBEDDED_MODEL, help="model name or path (default: the embedded SmolLM2-135M)")
     p.add_argument("--seed", type=int, default=0, help="seed for prompts and sampling")
     p.add_argument("--device", default="cpu", help="torch device of the model (e.g. cuda)")
+    p.add_argument("--tiny", action="store_true", help="the overhead-bound regime: four decode paths, a tiny model")
     args = p.parse_args()
+    if args.tiny:
+        return tiny_main(args)
 
     torch.manual_seed(args.seed)
     tokenizer = load_tokenizer(args.model)

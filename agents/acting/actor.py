@@ -30,6 +30,8 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
+from cory_agents.acting.static_decode import StaticDecoder
+
 
 @dataclass
 class StepOutput:
@@ -85,6 +87,8 @@ class LMActor:
         top_p: nucleus sampling (``1.0``: off, the paper's setting).
         generator: a ``torch.Generator`` for reproducible sampling.
         bf16: run the forward passes under bfloat16 autocast.
+        cache_length: with it, a static KV cache of that many tokens and a compiled decode step
+            (:mod:`cory_agents.acting.static_decode`: ``--compile``): the environment's ``context_length``. ``compile=False`` keeps the static cache with eager steps.
 
     One actor can serve several agents (e.g. one model for both roles): the cache
     is kept per agent name.
@@ -100,8 +104,12 @@ class LMActor:
         top_p: float = 1.0,
         generator: torch.Generator | None = None,
         bf16: bool = False,
+        cache_length: int | None = None,
+        compile: bool = True,
     ):
         self.model = model
+        #: The static cache and compiled step (``cache_length`` given), else None: the eager dynamic cache.
+        self.static = StaticDecoder(model, cache_length, compile=compile, bf16=bf16) if cache_length else None
         self.bf16 = bf16
         self.do_sample = do_sample
         self.generator = generator
@@ -136,6 +144,14 @@ class LMActor:
     @torch.no_grad()
     def step(self, agent: str, observation: dict[str, np.ndarray]) -> StepOutput:
         """One incremental forward pass, then pick the next tokens."""
+        if self.static is not None and self.do_sample and not self.logits_processor and observation["past_length"][0]:
+            # A compiled decode step that samples too (the paper's setting: no temperature, top-k or top-p).
+            tokens, logits, valid = self.static.step(
+                agent, *self._new_column(observation), sample=True, generator=self.generator
+            )
+            if not bool(valid):
+                sample_categorical(torch.softmax(logits, dim=-1))  # raises, naming the row
+            return StepOutput(tokens=tokens, logits=logits)
         logits = self.next_token_logits(agent, observation)
         if self.logits_processor:
             input_ids = torch.tensor(np.atleast_2d(observation["input_ids"]), device=logits.device)
@@ -148,12 +164,28 @@ class LMActor:
             tokens = scores.argmax(dim=-1)
         return StepOutput(tokens=tokens, logits=scores)
 
+    @staticmethod
+    def _new_column(observation: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, int]:
+        """A decode step's inputs from its observation: the new tokens, their attention mask, the tokens before."""
+        new = int(observation["num_new_tokens"][0])
+        if new != 1:
+            raise ValueError(f"a decode step after the prompt takes one new token per conversation, got {new}")
+        ids, mask = np.atleast_2d(observation["input_ids"]), np.atleast_2d(observation["attention_mask"])
+        return ids[:, -1], mask[:, -1], int(observation["past_length"][0])
+
     def next_token_logits(self, agent: str, observation: dict[str, np.ndarray]) -> torch.Tensor:
         """``(B, V)`` float32 logits for the next token, reusing ``agent``'s KV cache."""
         past = int(observation["past_length"][0])
         new = int(observation["num_new_tokens"][0])
         if new == 0:
             raise ValueError(f"{agent!r} has no context yet: it is not its turn")
+        if self.static is not None and past:
+            return self.static.step(agent, *self._new_column(observation))[1]
+        if self.static is not None:  # a turn's prompts: the prefill, into the reset static cache
+            device = self.device
+            ids = torch.tensor(np.atleast_2d(observation["input_ids"])[:, -new:], device=device)
+            mask = torch.tensor(np.atleast_2d(observation["attention_mask"])[:, -new:], device=device)
+            return self.static.prefill(agent, ids, mask, generate_positions(mask))
         if past == 0:
             self._caches[agent] = DynamicCache()
         elif self._cached_length.get(agent) != past:

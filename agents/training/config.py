@@ -288,6 +288,17 @@ def resolve(config: TrainConfig, data_parallel: DataParallel | None = None) -> T
             f"--gradient-checkpointing-observer recomputes activations in the observer's update; the team learner "
             f"{config.learner!r} runs its members' updates itself: use --gradient-checkpointing (every update)"
         )
+    if config.compile and config.lora:
+        raise UsageError(
+            "--compile with --lora: the learners' adapters take turns on one shared model, and each switch would "
+            "make torch.compile compile the decode step again; drop --compile, or train full copies without --lora"
+        )
+    if config.compile and (dp.sharded or dp.zero is not None):
+        raise UsageError(
+            "--compile decodes with whole weights in one process's static cache; under FSDP or DeepSpeed ZeRO the "
+            "acting weights are gathered for each turn: drop --compile there, or launch data parallel "
+            "(examples/accelerate/multi_gpu.yaml)"
+        )
     check_devices(config, dp)
     if config.load_in_4bit and not config.lora:
         raise UsageError("--load-in-4bit needs --lora: bitsandbytes 4-bit weights are frozen, so only adapters train")

@@ -36,6 +36,7 @@ RESUMABLE_CHANGES = frozenset(
         "reward_timeout",
         "gradient_checkpointing",
         "gradient_checkpointing_observer",
+        "compile",
     }
 )
 

@@ -202,6 +202,10 @@ class SpeedConfig:
         True,
         "PPO with one minibatch per epoch (--mini-batch-size = --batch-size): epoch 0's training forward pass doubles as the scoring pass of the old log-probs and values, one forward pass fewer per update (cory_agents.speed.scoring_reuse)",
     )
+    compile: bool = flag(
+        False,
+        "decode each turn with a static KV cache of --context-length tokens and a torch.compile'd one-token step (CUDA graphs on a GPU), compiled once per model at the first turn: the same tokens, fewer launches per token (cory_agents.acting.static_decode; docs/benchmarks.md has the measurements behind the default)",
+    )
 
 
 #: The numbers a value of which the run would take and then fail on, deep inside (the optimizer, the

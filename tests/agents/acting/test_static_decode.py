@@ -1,0 +1,158 @@
+"""The static-cache decode step (agents/acting/static_decode.py): the eager actor's transcript, token for token,
+with a static cache and with the compiled step; one turn at a time; a cache too short is named."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from cory_agents.acting.actor import LMActor
+from cory_env import env
+from cory_env.models import load_causal_lm, load_tokenizer
+
+PROMPTS = ["the movie was", "the plot is", "acting is very", "good good bad"]
+CONTEXT, TURN = 40, 8
+
+
+def play(model, tokenizer, actor: LMActor, seed: int = 0) -> tuple[list[str], list[np.ndarray]]:
+    """One batched episode of two turns with ``actor`` for both agents: each turn's responses and response ids."""
+    game = env(
+        tokenizer=tokenizer,
+        prompts=PROMPTS,
+        reward_fn=lambda queries, responses, **_: [0.0] * len(responses),
+        num_conversations=4,
+        max_new_tokens=(3, TURN),
+        context_length=CONTEXT,
+    )
+    game.reset(seed=seed)
+    texts, ids = [], []
+    for agent in game.agent_iter():
+        observation, _, done, truncated, info = game.last()
+        if done or truncated:
+            texts.append(list(info["response"]))
+            turn = game.played_turns(agent)[0]
+            ids.append(turn.input_ids[:, -turn.response_width :] * turn.attention_mask[:, -turn.response_width :])
+            game.step(None)
+        else:
+            game.step(actor.act(agent, observation))
+    return texts, ids
+
+
+@pytest.fixture(scope="module")
+def toy(toy_model):
+    return load_causal_lm(str(toy_model)).eval(), load_tokenizer(str(toy_model))
+
+
+@pytest.mark.parametrize("do_sample", [False, True])
+def test_a_static_cache_gives_the_eager_actors_tokens(toy, do_sample):
+    model, tokenizer = toy
+    runs = []
+    for cache_length in (None, CONTEXT):
+        generator = torch.Generator().manual_seed(3)
+        actor = LMActor(model, do_sample=do_sample, generator=generator, cache_length=cache_length, compile=False)
+        runs.append(play(model, tokenizer, actor))
+    (eager_texts, eager_ids), (static_texts, static_ids) = runs
+    assert static_texts == eager_texts
+    for a, b in zip(eager_ids, static_ids):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_the_static_steps_logits_are_the_eager_steps_to_rounding(toy):
+    model, tokenizer = toy
+    eager, static = LMActor(model), LMActor(model, cache_length=CONTEXT, compile=False)
+    game = env(tokenizer=tokenizer, prompts=PROMPTS, num_conversations=4, max_new_tokens=TURN, context_length=CONTEXT)
+    game.reset(seed=1)
+    for _ in range(TURN):
+        observation = game.observe(game.agent_selection)
+        a = eager.next_token_logits("pioneer", observation)
+        b = static.next_token_logits("pioneer", observation)
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-5)
+        game.step(a.argmax(-1).numpy())
+        if game.agent_selection != "pioneer":
+            break
+
+
+def test_the_compiled_step_gives_the_eager_actors_tokens(toy):
+    model, tokenizer = toy
+    torch._dynamo.reset()
+    before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    eager = play(model, tokenizer, LMActor(model, do_sample=False))
+    compiled_actor = LMActor(model, do_sample=False, cache_length=CONTEXT)
+    compiled = play(model, tokenizer, compiled_actor)
+    assert compiled[0] == eager[0]
+    again = play(model, tokenizer, compiled_actor, seed=2)  # another episode, other turn lengths
+    assert again[0] == play(model, tokenizer, LMActor(model, do_sample=False), seed=2)[0]
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - before == 1  # compiled once, at the first step
+
+
+def test_one_turn_at_a_time_and_a_cache_that_fits(toy):
+    model, tokenizer = toy
+    game = env(tokenizer=tokenizer, prompts=PROMPTS, num_conversations=4, max_new_tokens=TURN, context_length=CONTEXT)
+    game.reset(seed=0)
+    actor = LMActor(model, cache_length=CONTEXT, compile=False)
+    observation = game.observe("pioneer")
+    game.step(actor.act("pioneer", observation))
+    with pytest.raises(RuntimeError, match="one turn at a time"):
+        actor.act("observer", game.observe("pioneer"))
+    short = LMActor(model, cache_length=2, compile=False)
+    with pytest.raises(ValueError, match=r"past the static cache's 2: .*the run.s --context-length"):
+        short.act("pioneer", observation)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],
+        ["--models", "{model},{other}"],
+        ["--no-padding-free"],
+        ["--rounds", "2"],
+        ["--learner", "difference"],
+    ],
+    ids=["cory", "two-models", "padded", "two-rounds", "difference-replays"],
+)
+def test_cory_train_compile_samples_what_the_eager_run_samples(toy_model, tmp_path, extra):
+    """Three iterations of cory-train with --compile: the eager run's responses, word for word (the toy model's
+    logits agree to rounding), and the same losses to float rounding."""
+    import json
+
+    import pandas as pd
+
+    from cory_agents.cli import train as cory_train
+    from tests.support.commands import toy_args
+    from tests.support.toy import save_tiny_llama, toy_tokenizer
+
+    common = ["--algo", "cory", "--iterations", "3", "--role-exchange-period", "1", "--samples-per-iteration", "8"]
+    other = save_tiny_llama(tmp_path / "other", toy_tokenizer(), seed=1)  # a team of two different models
+    extra = [flag.format(model=toy_model, other=other) for flag in extra]
+    graphs = 0
+    for name, flags in (("eager", []), ("compiled", ["--compile"])):
+        torch._dynamo.reset()
+        before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        cory_train.main(toy_args(toy_model, tmp_path / name, *common, *extra, *flags))
+        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"] - before
+    # Compiled at the first decode step, once per acting model at most, whatever the turns' lengths.
+    assert 1 <= graphs <= 2
+    samples = {
+        name: [json.loads(line)["response"] for line in (tmp_path / name / "samples.jsonl").read_text().splitlines()]
+        for name in ("eager", "compiled")
+    }
+    assert samples["compiled"] == samples["eager"] and samples["eager"]
+    eager, compiled = (pd.read_csv(tmp_path / n / "metrics.csv") for n in ("eager", "compiled"))
+    for column in ("llm_0/task_reward_mean", "llm_1/kl", "llm_0/policy_loss"):
+        np.testing.assert_allclose(compiled[column], eager[column], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "flags, error",
+    [
+        (["--lora", "true"], "--compile with --lora"),
+    ],
+)
+def test_what_compile_cannot_do_is_refused(run, toy_model, tmp_path, flags, error):
+    from cory_agents.cli import train as cory_train
+    from tests.support.commands import the_error, toy_args
+
+    code, err = run(cory_train.main, "cory-train", toy_args(toy_model, tmp_path, "--compile", *flags))
+    assert code == 2
+    assert the_error(err, "cory-train").startswith(error)
