@@ -22,6 +22,8 @@ memory is at most 1.3x PPO's; our CORY needs at most 40% of the authors' CORY ti
                                                    # (cory_agents.speed.padding_free off)
     python benchmarks/iteration.py --no-lora --scoring-reuse-ablation # also CORY with PPO's separate
                                                    # scoring pass (cory_agents.speed.scoring_reuse off)
+    python benchmarks/iteration.py --no-lora --compile-comparison   # also CORY decoding with a static cache and
+                                                   # a compiled step (--compile; compiled in the warm-up)
     python benchmarks/iteration.py --lora-only --gradient-checkpointing-observer   # CORY recomputes
                                                    # activations in the observer's update only
     python benchmarks/iteration.py --learner grpo --no-lora --padding-free-ablation   # GRPO learners
@@ -55,6 +57,7 @@ ABLATIONS = {
     "cpu_linear_ablation": ("cory, plain nn.Linear", {"cpu_linear": False}),
     "padding_free_ablation": ("cory, padded passes", {"padding_free": False}),
     "scoring_reuse_ablation": ("cory, separate scoring pass", {"reuse_scoring_pass": False}),
+    "compile_comparison": ("cory, --compile", {"compile": True}),
 }
 
 
@@ -259,6 +262,11 @@ def main() -> None:
         "--scoring-reuse-ablation",
         action="store_true",
         help="also run CORY with PPO's separate no-grad scoring pass (no cory_agents.speed.scoring_reuse)",
+    )
+    p.add_argument(
+        "--compile-comparison",
+        action="store_true",
+        help="also run CORY with --compile (a static KV cache and a compiled decode step; compiled in the warm-up)",
     )
     p.add_argument(
         "--chain-lengths",

@@ -294,6 +294,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0, help="seed for prompts and sampling")
     p.add_argument("--device", default="cpu", help="torch device of the model (e.g. cuda)")
     p.add_argument("--tiny", action="store_true", help="the overhead-bound regime: four decode paths, a tiny model")
+    p.add_argument("--compile", action="store_true", help="also the environment with the compiled actor (--compile)")
     args = p.parse_args()
     if args.tiny:
         return tiny_main(args)
@@ -312,18 +313,29 @@ def main() -> None:
         stop_token_ids=[],  # every turn runs to max_new_tokens, as generate does below
     )
     actor = LMActor(model, **SAMPLING)
+    # --compile: the same episodes with a static cache and a compiled decode step too (compiled in the warm-up).
+    compiled = (
+        LMActor(model, **SAMPLING, cache_length=game.unwrapped.context_length, max_new_tokens=args.max_new_tokens)
+        if args.compile
+        else None
+    )
 
     # Warm up both paths (allocator, lazy imports, first-call compilation of kernels).
     _, _, _, pio, obs = env_episode(game, actor, seed=args.seed)
     generate_pair(model, tokenizer, [pio, obs], args.max_new_tokens)
+    if compiled is not None:
+        env_episode(game, compiled, seed=args.seed)
+    compiled_rates = []
 
     env_rates, gen_rates, outside = [], [], []
     busy_before, wall_before = other_processes_cpu_seconds(), time.perf_counter()
     episode, steps_per_episode = 1, 2 * args.max_new_tokens
     for r in range(args.rounds):
-        env_s = act_s = gen_s = 0.0
+        env_s = act_s = gen_s = compiled_s = 0.0
         env_tokens = gen_tokens = 0
         for _ in range(args.episodes):
+            if compiled is not None:  # the same episode, compiled: same seed, same prompts
+                compiled_s += env_episode(game, compiled, seed=args.seed + episode)[0]
             s, a, n, pio, obs = env_episode(game, actor, seed=args.seed + episode)
             env_s, act_s, env_tokens = env_s + s, act_s + a, env_tokens + n
             s, n = generate_pair(model, tokenizer, [pio, obs], args.max_new_tokens)
@@ -331,6 +343,8 @@ def main() -> None:
             episode += 1
         env_rates.append(env_tokens / env_s)
         gen_rates.append(gen_tokens / gen_s)
+        if compiled is not None:
+            compiled_rates.append(env_tokens / compiled_s)
         outside.append((env_s - act_s) / (args.episodes * steps_per_episode))
         print(
             f"round {r}: env {env_rates[-1]:8.1f} tok/s   generate {gen_rates[-1]:8.1f} tok/s   "
@@ -356,6 +370,12 @@ def main() -> None:
         f"outside act():         {statistics.median(outside) * 1e6:.0f} us per token step "
         f"(environment, reset and turn ends, amortised)"
     )
+    if compiled_rates:
+        paired = statistics.median(c / e for c, e in zip(compiled_rates, env_rates))
+        print(
+            f"environment + compiled LMActor (--compile): {statistics.median(compiled_rates):8.1f} new tokens/s; "
+            f"compiled / eager {paired:.3f} (median of the rounds' ratios; target >= 1.0)"
+        )
     print(f"decode + reward:       {decode_and_reward_seconds(game) * 1e3:.2f} ms per episode (both turns)")
     busy_after, wall = other_processes_cpu_seconds(), time.perf_counter() - wall_before
     if busy_before is not None and busy_after is not None:

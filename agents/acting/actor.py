@@ -88,7 +88,8 @@ class LMActor:
         generator: a ``torch.Generator`` for reproducible sampling.
         bf16: run the forward passes under bfloat16 autocast.
         cache_length: with it, a static KV cache of that many tokens and a compiled decode step
-            (:mod:`cory_agents.acting.static_decode`: ``--compile``): the environment's ``context_length``. ``compile=False`` keeps the static cache with eager steps.
+            (:mod:`cory_agents.acting.static_decode`: ``--compile``): the environment's ``context_length``;
+            ``max_new_tokens`` (its turn limit's upper end) lets each turn's cache be as short as it needs. ``compile=False`` keeps the static cache with eager steps.
 
     One actor can serve several agents (e.g. one model for both roles): the cache
     is kept per agent name.
@@ -105,11 +106,14 @@ class LMActor:
         generator: torch.Generator | None = None,
         bf16: bool = False,
         cache_length: int | None = None,
+        max_new_tokens: int | None = None,
         compile: bool = True,
     ):
         self.model = model
         #: The static cache and compiled step (``cache_length`` given), else None: the eager dynamic cache.
-        self.static = StaticDecoder(model, cache_length, compile=compile, bf16=bf16) if cache_length else None
+        self.static = (
+            StaticDecoder(model, cache_length, max_new_tokens, compile=compile, bf16=bf16) if cache_length else None
+        )
         self.bf16 = bf16
         self.do_sample = do_sample
         self.generator = generator
@@ -144,7 +148,14 @@ class LMActor:
     @torch.no_grad()
     def step(self, agent: str, observation: dict[str, np.ndarray]) -> StepOutput:
         """One incremental forward pass, then pick the next tokens."""
-        if self.static is not None and self.do_sample and not self.logits_processor and observation["past_length"][0]:
+        static = self.static
+        if (
+            static is not None
+            and static.fused_sampling
+            and self.do_sample
+            and not self.logits_processor
+            and (observation["past_length"][0])
+        ):
             # A compiled decode step that samples too (the paper's setting: no temperature, top-k or top-p).
             tokens, logits, valid = self.static.step(
                 agent, *self._new_column(observation), sample=True, generator=self.generator

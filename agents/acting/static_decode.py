@@ -30,6 +30,12 @@ import torch
 from torch import nn
 from transformers import StaticCache
 
+#: A turn's cache length: the smallest of these that holds its prompt and longest answer (each length met compiles
+#: the step once: a few per run), so that attention reads about what a dynamic cache would, not the whole window.
+BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
+#: The largest vocabulary whose tokens a CPU step draws inside the compiled graph (:attr:`StaticDecoder.fused_sampling`).
+FUSED_VOCABULARY = 8192
+
 
 def decode_step(
     model: nn.Module,
@@ -90,19 +96,36 @@ class StaticDecoder:
 
     Args:
         model: the causal LM that acts.
-        cache_length: the cache's length in tokens: the environment's ``context_length`` (a prompt and its answer).
+        cache_length: the longest turn in tokens: the environment's ``context_length`` (a prompt and its answer).
+        max_new_tokens: the longest answer (the turn limit's upper end); with it each turn's cache is the
+            smallest of :data:`BUCKETS` that holds its prompt and answer, as long as ``cache_length`` at most,
+            else every turn's is ``cache_length`` long.
         compile: compile the decode step (``False``: the same static cache, eager steps).
         bf16: the steps run under bfloat16 autocast.
     """
 
-    def __init__(self, model: nn.Module, cache_length: int, *, compile: bool = True, bf16: bool = False):
+    def __init__(
+        self,
+        model: nn.Module,
+        cache_length: int,
+        max_new_tokens: int | None = None,
+        *,
+        compile: bool = True,
+        bf16: bool = False,
+    ):
         self.model, self.cache_length, self.bf16 = model, int(cache_length), bf16
+        self.max_new_tokens = max_new_tokens
         device = next(model.parameters()).device
         self.decode = compiled(decode_step, device) if compile else decode_step
         self.sample = compiled(sample_step, device) if compile else sample_step
-        self.cache: StaticCache | None = None
+        #: Whether the compiled step draws the tokens too: on CUDA, or for a small vocabulary (on a CPU Inductor's
+        #: float64 scan over a large vocabulary is slower than ATen's: docs/benchmarks.md).
+        self.fused_sampling = device.type == "cuda" or model.config.get_text_config().vocab_size <= FUSED_VOCABULARY
+        self.slots: dict[int, tuple[StaticCache, dict[str, torch.Tensor]]] = {}  # by cache length, for batch size B
+        self.cache: StaticCache | None = None  # this turn's
         self.buffers: dict[str, torch.Tensor] = {}  # the step's inputs: one layout, one address, every step
         self.length = 0  # tokens written this turn
+        self.limit = 0  # this turn's cache length
         self.agent: str | None = None  # whose turn the cache holds
 
     def prefill(self, agent: str, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -111,23 +134,26 @@ class StaticDecoder:
         B, P = ids.shape
         if P > self.cache_length:
             raise ValueError(self._too_long(P))
-        if self.cache is None or self.buffers["mask"].shape[0] != B:
-            self.cache = StaticCache(config=self.model.config, max_cache_len=self.cache_length)
+        limit = self.bucket(P)
+        if limit in self.slots and self.slots[limit][1]["mask"].shape[0] == B:
+            self.cache, self.buffers = self.slots[limit]
+            self.cache.reset()
+            self.buffers["mask"].zero_()
+        else:  # a new length (or batch size): its cache, and a compiled step of its shapes at its first step
+            self.cache = StaticCache(config=self.model.config, max_cache_len=limit)
             device = ids.device
             self.buffers = {
-                "mask": torch.zeros(B, self.cache_length, dtype=mask.dtype, device=device),
+                "mask": torch.zeros(B, limit, dtype=mask.dtype, device=device),
                 "count": torch.zeros(B, dtype=mask.dtype, device=device),
                 "index": torch.zeros((), dtype=torch.long, device=device),
                 "ids": torch.zeros(B, 1, dtype=ids.dtype, device=device),
                 "column": torch.zeros(B, dtype=mask.dtype, device=device),
                 "uniform": torch.zeros(B, 1, dtype=torch.float64, device=device),
             }
-        else:
-            self.cache.reset()
-            self.buffers["mask"].zero_()
+            self.slots[limit] = (self.cache, self.buffers)
         self.buffers["mask"][:, :P] = mask
         self.buffers["count"].copy_(mask.sum(-1))
-        self.agent, self.length = agent, P
+        self.agent, self.length, self.limit = agent, P, limit
         with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             out = self.model(
                 input_ids=ids,
@@ -157,7 +183,7 @@ class StaticDecoder:
                 f"{agent!r} continues a turn of {past} tokens, but the static cache holds {self.length} tokens of "
                 f"{self.agent!r}'s: a compiled actor plays one turn at a time, every step of it in order"
             )
-        if past + 1 > self.cache_length:
+        if past + 1 > self.limit:
             raise ValueError(self._too_long(past + 1))
         b = self.buffers
         b["ids"].view(-1).copy_(torch.from_numpy(np.ascontiguousarray(ids)))
@@ -171,9 +197,17 @@ class StaticDecoder:
             b["uniform"].uniform_(generator=generator)  # the draw sample_categorical makes: one per row
             return self.sample(*inputs, b["uniform"])
 
+    def bucket(self, prompt: int) -> int:
+        """The cache length of a turn whose prompt has ``prompt`` columns: the smallest of :data:`BUCKETS` that
+        holds it and the longest answer, at most ``cache_length`` (without ``max_new_tokens``: ``cache_length``)."""
+        if self.max_new_tokens is None:
+            return self.cache_length
+        need = prompt + self.max_new_tokens
+        return min([b for b in BUCKETS if b >= need] + [self.cache_length])
+
     def _too_long(self, length: int) -> str:
         return (
-            f"the turn reached {length} tokens, past the static cache's {self.cache_length}: build the actor with a "
-            f"cache_length of the environment's context window, which holds a turn's prompt and answer (the run's "
-            f"--context-length)"
+            f"the turn reached {length} tokens, past its static cache's {max(self.limit, length - 1)} (of at most "
+            f"{self.cache_length}): build the actor with a cache_length of the environment's context window, which "
+            f"holds a turn's prompt and answer (the run's --context-length), and max_new_tokens its longest answer"
         )

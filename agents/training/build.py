@@ -143,8 +143,8 @@ def build_learners(
     ``LEARNERS[member]``), each :class:`~cory_agents.learners.lm.LMLearner` named as the run names it (its
     ``name``); in a data-parallel run every process starts from process 0's weights (value heads included)."""
     sampling = dict(do_sample=True, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)
-    if config.compile:  # a static cache holds a turn's whole context window
-        sampling["cache_length"] = config.context_length
+    if config.compile:  # a static cache of a turn's length, at most the context window
+        sampling |= dict(cache_length=config.context_length, max_new_tokens=config.max_new_tokens)
     extra = {"data_parallel": dp} if dp.is_distributed or dp.sharded else {}
     factory = LEARNERS[config.learner]
     if isinstance(factory, TeamFactory):

@@ -86,6 +86,30 @@ def test_the_compiled_step_gives_the_eager_actors_tokens(toy):
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - before == 1  # compiled once, at the first step
 
 
+def test_each_turn_caches_what_it_needs_in_a_bucket_and_compiles_once_per_bucket(toy):
+    """With the turn limit known, a turn's cache is the smallest bucket holding its prompt and answer (64 here, in a
+    window of 160): the same tokens as the eager actor, one compiled graph per cache length met."""
+    model, tokenizer = toy
+
+    def episode(actor: LMActor, seed: int) -> list[str]:
+        game = env(
+            tokenizer=tokenizer, prompts=PROMPTS, num_conversations=4, max_new_tokens=TURN, context_length=160
+        )  # fmt: skip
+        game.reset(seed=seed)
+        for agent in game.agent_iter():
+            observation, _, done, _, info = game.last()
+            game.step(None if done else actor.act(agent, observation))
+        return info["response"]
+
+    torch._dynamo.reset()
+    before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    bucketed = LMActor(model, do_sample=False, cache_length=160, max_new_tokens=TURN)
+    for seed in (0, 1):
+        assert episode(bucketed, seed) == episode(LMActor(model, do_sample=False), seed)
+    assert bucketed.static.limit == 64 and set(bucketed.static.slots) == {64}
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - before == 1
+
+
 def test_one_turn_at_a_time_and_a_cache_that_fits(toy):
     model, tokenizer = toy
     game = env(tokenizer=tokenizer, prompts=PROMPTS, num_conversations=4, max_new_tokens=TURN, context_length=CONTEXT)
@@ -96,7 +120,7 @@ def test_one_turn_at_a_time_and_a_cache_that_fits(toy):
     with pytest.raises(RuntimeError, match="one turn at a time"):
         actor.act("observer", game.observe("pioneer"))
     short = LMActor(model, cache_length=2, compile=False)
-    with pytest.raises(ValueError, match=r"past the static cache's 2: .*the run.s --context-length"):
+    with pytest.raises(ValueError, match=r"past its static cache's 2 .*the run.s --context-length"):
         short.act("pioneer", observation)
 
 
