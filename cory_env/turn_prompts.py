@@ -65,6 +65,8 @@ class TurnPrompts:
     ):
         self.roles, self.rounds = list(roles), rounds
         self.private_fields = check_private_fields(private_fields, roles)
+        #: Prompts of a later turn known to fit, by (turn, tokenizer, context length, turn limit): not tokenized again.
+        self._fitting: dict[tuple[int, int, int, int], set[str]] = {}
         self.prompt_fields = row_fields(prompt_source, prompt_fields, self.private_fields)
         #: The template of every turn, ``[round][position]``.
         self.table = chain_templates(
@@ -115,7 +117,11 @@ class TurnPrompts:
         for turn in range(1, N * self.rounds):
             k, r = turn % N, turn // N
             texts = self.texts(k, r, prompts, blank=turn)
-            tokenize_fitting(tokenizers[k], texts, self.name(k, r), context_length, T, T * self.slots[r][k])
+            # Prompts drawn again (a source samples with replacement) were checked before: tokenize the others.
+            checked = self._fitting.setdefault((turn, id(tokenizers[k]), context_length, T), set())
+            if new := [t for t in dict.fromkeys(texts) if t not in checked]:
+                tokenize_fitting(tokenizers[k], new, self.name(k, r), context_length, T, T * self.slots[r][k])
+                checked.update(new)
 
     def check_all(
         self, prompts: Sequence[Prompt], tokenizers: Sequence[Any], context_length: int, max_new_tokens: int

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from cory_env.context import encode
 from cory_env.errors import UsageError
 from cory_env.hub import DatasetUnavailableError, forced_offline, hub_else_embedded, hub_offline, offline_reason
 from cory_env.prompts import Prompt
@@ -231,6 +232,7 @@ class ReviewPrefixes:
         self.min_tokens = min_tokens
         self.max_tokens = max_tokens
         self.max_chars = int(max_chars) if max_chars is not None else max(200, 16 * max_tokens)
+        self._ids: dict[int, list[int]] = {}  # each drawn review's token ids
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -238,9 +240,13 @@ class ReviewPrefixes:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({len(self.texts)} reviews, {self.min_tokens}-{self.max_tokens} tokens)"
 
-    def _token_ids(self, texts: list[str]) -> list[list[int]]:
-        encoded = self.tokenizer([t[: self.max_chars] for t in texts], add_special_tokens=False)
-        return [list(ids) for ids in encoded["input_ids"]]
+    def _token_ids(self, picks: np.ndarray) -> list[list[int]]:
+        """The token ids of the reviews ``picks`` (indices), each tokenized once (a review is drawn many times)."""
+        new = list(dict.fromkeys(int(i) for i in picks if int(i) not in self._ids))
+        if new:
+            encoded = encode(self.tokenizer, [self.texts[i][: self.max_chars] for i in new], add_special_tokens=False)
+            self._ids.update(zip(new, encoded))
+        return [self._ids[int(i)] for i in picks]
 
     def _prefix(self, text: str, ids: list[int], k: int) -> str | None:
         """Decoded first ``k`` tokens, avoiding a split multi-byte character."""
@@ -269,7 +275,7 @@ class ReviewPrefixes:
             picks = rng.integers(len(self.texts), size=len(pending))
             texts = [self.texts[i] for i in picks]
             still: list[int] = []
-            for slot, text, ids in zip(pending, texts, self._token_ids(texts)):
+            for slot, text, ids in zip(pending, texts, self._token_ids(picks)):
                 query = None
                 if len(ids) >= self.min_tokens:
                     query = self._prefix(text, ids, min(int(lengths[slot]), len(ids)))

@@ -27,9 +27,12 @@ import numpy as np
 from pettingzoo import AECEnv
 from pettingzoo.utils.wrappers import BaseWrapper
 
+from cory_env.wrappers.state import forward_state
+
 AGGREGATES = ("sum", "mean")
 
 
+@forward_state
 class CollectiveRewardWrapper(BaseWrapper):
     """At the end of an episode every agent receives the collective reward.
 

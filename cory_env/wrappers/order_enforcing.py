@@ -6,6 +6,8 @@ from typing import Any
 
 from pettingzoo.utils import wrappers
 
+from cory_env.wrappers.state import STATE
+
 
 class OrderEnforcingWrapper(wrappers.OrderEnforcingWrapper):
     """PettingZoo's order enforcing, except that a step after the episode ended raises (as the
@@ -16,3 +18,19 @@ class OrderEnforcingWrapper(wrappers.OrderEnforcingWrapper):
         if self._has_reset and not self.agents:
             self.env.step(action)  # RuntimeError: the episode is over, call reset()
         super().step(action)
+
+
+def _checked_reader(name: str) -> Any:
+    def read(self: OrderEnforcingWrapper) -> Any:
+        if not self._has_reset and name != "_cumulative_rewards":
+            raise AttributeError(f"{name} cannot be accessed before reset")  # as PettingZoo's __getattr__ says
+        return getattr(self.env, name)
+
+    return read
+
+
+# The AEC state read at once, not through __getattr__ (cory_env.wrappers.state), still refused before reset.
+for _name in STATE:
+    setattr(
+        OrderEnforcingWrapper, _name, property(_checked_reader(_name), doc=f"The wrapped environment's ``{_name}``.")
+    )
