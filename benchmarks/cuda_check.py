@@ -13,6 +13,7 @@ tokenizer) when the embedded package is not installed, then on the GPU:
    answer as the trained ones do (largest logit difference).
 
     python benchmarks/cuda_check.py --out cuda_check.json
+    python benchmarks/cuda_check.py --compile-check --out compile_check.json   # eager against --compile
 """
 
 from __future__ import annotations
@@ -225,7 +226,15 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=64, help="conversations per training iteration")
     p.add_argument("--device", default="cuda", help="cuda (cpu only to check the script itself)")
     p.add_argument("--only-4bit", action="store_true", help="only --lora --load-in-4bit training (needs bitsandbytes)")
+    p.add_argument(
+        "--compile-check", action="store_true", help="only eager against --compile (benchmarks/compile_check.py)"
+    )
     args = p.parse_args()
+    if args.compile_check:
+        from benchmarks.compile_check import main as compile_check
+
+        compile_check(["--out", args.out, "--device", args.device])
+        return
     dev = args.device
     results: dict = {"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu", "torch": torch.__version__}
     with tempfile.TemporaryDirectory() as folder:

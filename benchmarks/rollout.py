@@ -171,7 +171,7 @@ def actor_decode(actor: LMActor, prompt: torch.Tensor, new_tokens: int) -> float
     L = P + new_tokens
     ids = np.zeros((B, L), dtype=np.int64)
     mask = np.zeros((B, L), dtype=np.int64)
-    ids[:, :P], mask[:, :P] = prompt.numpy(), 1
+    ids[:, :P], mask[:, :P] = prompt.cpu().numpy(), 1
     start = time.perf_counter()
     for t in range(new_tokens):
         past, new = (0, P) if t == 0 else (P + t - 1, 1)

@@ -1,0 +1,177 @@
+"""Eager against compiled decoding (``--compile``) where users train: a GPU, side by side, in one run.
+
+Three measurements, each a ratio of two paths run interleaved in this process:
+
+1. the overhead-bound regime (rollout.py ``--tiny``'s model: 2 layers, 64 wide, vocabulary 1024) at batch 8
+   and 64: decode tokens/s of the eager actor, the compiled actor, ``generate`` and ``generate`` with a
+   static cache and a compiled forward;
+2. the embedded model's architecture (SmolLM2-135M, its weights if installed, else random) at batch 8
+   and 64, bf16 autocast: the eager actor against the compiled one (CUDA graphs on a GPU);
+3. a CORY training iteration (batch 64, 10 new tokens, bf16, as benchmarks/cuda_check.py trains), without
+   and with ``--compile``: seconds, and the matmul floor (the iteration's matmul FLOPs, counted with
+   ``FlopCounterMode``, at the device's measured bf16 matmul rate) and each time over it.
+
+It prints each figure as it goes and writes them all to ``--out`` (JSON). Meant to finish in under 8
+minutes on one GPU (the compiles included); ``--device cpu --quick`` checks the script on a CPU.
+
+    python benchmarks/compile_check.py --out compile_check.json          # or: python benchmarks/cuda_check.py --compile-check
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/compile_check.py` from anywhere
+
+from benchmarks.iteration import gemm_rate  # noqa: E402
+from benchmarks.rollout import SAMPLING, actor_decode, generate_decode, tiny_llama  # noqa: E402
+from cory_agents.acting.actor import LMActor  # noqa: E402
+
+PROMPT = 32
+
+
+def synchronized(device: str):
+    """A timer that waits for the device's queued work first (CUDA runs asynchronously)."""
+
+    def now() -> float:
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    return now
+
+
+def decode_rates(paths: dict, prompt: torch.Tensor, new_tokens: int, rounds: int, now) -> dict[str, float]:
+    """Median decode tokens/s of each path (time for ``new_tokens`` minus time for 1, per step), interleaved rounds;
+    each path called once first (compiles, allocations)."""
+    B = prompt.shape[0]
+    for run in paths.values():
+        run(prompt, new_tokens)
+    rates: dict[str, list[float]] = {name: [] for name in paths}
+    for _ in range(rounds):
+        for name, run in paths.items():
+            start = now()
+            run(prompt, new_tokens)
+            full = now() - start
+            start = now()
+            run(prompt, 1)
+            one = now() - start
+            rates[name].append(B * (new_tokens - 1) / (full - one))
+    return {name: statistics.median(r) for name, r in rates.items()}
+
+
+def tiny(device: str, new_tokens: int, rounds: int, batches: tuple[int, ...]) -> dict:
+    model, now, out = tiny_llama().to(device), synchronized(device), {}
+    for B in batches:
+        compiled = LMActor(model, **SAMPLING, cache_length=PROMPT + new_tokens)
+        paths = {
+            "eager actor": lambda p, n: actor_decode(LMActor(model, **SAMPLING), p, n),
+            "compiled actor": lambda p, n, actor=compiled: actor_decode(actor, p, n),
+            "generate": lambda p, n: generate_decode(model, p, n, static=False),
+            "generate static+compiled": lambda p, n: generate_decode(model, p, n, static=True),
+        }
+        prompt = torch.randint(3, 1024, (B, PROMPT), device=device)
+        rates = decode_rates(paths, prompt, new_tokens, rounds, now)
+        out[f"b{B}"] = rates | {
+            "compiled/eager": rates["compiled actor"] / rates["eager actor"],
+            "compiled/static_generate": rates["compiled actor"] / rates["generate static+compiled"],
+        }
+        print(f"tiny B={B}", json.dumps(out[f"b{B}"]), flush=True)
+    return out
+
+
+def embedded(device: str, new_tokens: int, rounds: int, batches: tuple[int, ...], bf16: bool) -> dict:
+    from benchmarks.cuda_check import model_path
+    from cory_env.models import load_causal_lm
+
+    with tempfile.TemporaryDirectory() as folder:
+        model = load_causal_lm(model_path(Path(folder)), device=device).eval()
+    now, out = synchronized(device), {}
+    vocab = model.config.vocab_size
+    for B in batches:
+        compiled = LMActor(model, **SAMPLING, bf16=bf16, cache_length=PROMPT + new_tokens)
+        paths = {
+            "eager actor": lambda p, n: actor_decode(LMActor(model, **SAMPLING, bf16=bf16), p, n),
+            "compiled actor": lambda p, n, actor=compiled: actor_decode(actor, p, n),
+        }
+        prompt = torch.randint(3, vocab, (B, PROMPT), device=device)
+        rates = decode_rates(paths, prompt, new_tokens, rounds, now)
+        out[f"b{B}"] = rates | {"compiled/eager": rates["compiled actor"] / rates["eager actor"]}
+        print(f"embedded B={B}", json.dumps(out[f"b{B}"]), flush=True)
+    return out
+
+
+def iteration(device: str, batch: int, iterations: int) -> dict:
+    """A CORY iteration at bf16 without and with ``--compile``: seconds, and over the matmul floor."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from benchmarks.cuda_check import model_path
+    from cory_agents.training.config import TrainConfig
+    from cory_agents.training.trainer import Trainer
+
+    now, out, trainers = synchronized(device), {}, {}
+    with tempfile.TemporaryDirectory() as folder:
+        name = model_path(Path(folder))
+        for compiled in (False, True):
+            config = TrainConfig(
+                algo="cory", model=name, bf16=device == "cuda", device=device, batch_size=batch,
+                mini_batch_size=max(1, batch // 4), min_new_tokens=10, max_new_tokens=10, kl_estimator="full",
+                prompt_source="rotten_tomatoes", out=str(Path(folder) / f"run{int(compiled)}"), report_to="none",
+                checkpoint_every=10**6, compile=compiled,
+            )  # fmt: skip
+            trainers[compiled] = Trainer(config)
+            trainers[compiled].run_iteration()  # warm-up: the compiles
+        times: dict[bool, list[float]] = {False: [], True: []}
+        for _ in range(iterations):  # interleaved
+            for compiled, trainer in trainers.items():
+                start = now()
+                trainer.run_iteration()
+                times[compiled].append(now() - start)
+        with FlopCounterMode(display=False) as counter:
+            trainers[False].run_iteration()
+    rate = gemm_rate(device, device == "cuda")
+    floor = counter.get_total_flops() / rate
+    eager, compiled = statistics.median(times[False]), statistics.median(times[True])
+    out = {
+        "eager_s": eager,
+        "compiled_s": compiled,
+        "compiled/eager_time": compiled / eager,
+        "matmul_tflop": counter.get_total_flops() / 1e12,
+        "matmul_rate_tflops": rate / 1e12,
+        "floor_s": floor,
+        "eager/floor": eager / floor,
+        "compiled/floor": compiled / floor,
+    }
+    print("cory iteration", json.dumps(out), flush=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="compile_check.json", help="where to write the results")
+    p.add_argument("--device", default="cuda", help="cuda (cpu to check the script itself)")
+    p.add_argument("--quick", action="store_true", help="fewer tokens, rounds and batches: a check of the script")
+    args = p.parse_args(argv)
+    new_tokens, rounds, batches, batch = (8, 1, (8,), 4) if args.quick else (32, 3, (8, 64), 64)
+    start = time.perf_counter()
+    name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    results: dict = {"device": name, "torch": torch.__version__}
+    results["tiny"] = tiny(args.device, new_tokens, rounds, batches)
+    results["embedded"] = embedded(args.device, new_tokens, rounds, batches, bf16=args.device == "cuda")
+    results["cory_iteration"] = iteration(args.device, batch, 1 if args.quick else 3)
+    results["seconds"] = time.perf_counter() - start
+    Path(args.out).write_text(json.dumps(results, indent=2))
+    print(f"{results['seconds']:.0f} s in all; {args.out}", flush=True)
+    return results
+
+
+if __name__ == "__main__":
+    main()
