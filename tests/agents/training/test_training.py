@@ -192,6 +192,7 @@ def test_cli_help_explains_the_flags():
         "happo",
         "difference",
         "mappo --rounds 2 --turn-rewards",
+        "ppo --compile",
         "ppo --rounds 2 --turn-rewards",
         "ppo --task signal --reward signal --prompt-source auto --context-length 96",
     ],
