@@ -8,6 +8,13 @@ import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Inductor's on-disk cache is keyed by the code, not by the CPU kernel settings (ATEN_CPU_CAPABILITY,
+# ONEDNN_MAX_CPU_ISA, ...): a decode step compiled under one set gave NaN logits when reused under another
+# (torch 2.13, CI's numerics runs). Each test session compiles --compile's steps in a cache of its own.
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="cory-inductor-")
 
 from pathlib import Path  # noqa: E402
 

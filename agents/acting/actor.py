@@ -76,6 +76,13 @@ def sample_categorical(probs: torch.Tensor, generator: torch.Generator | None = 
     return torch.searchsorted(cdf, u, right=True).squeeze(1)
 
 
+#: What a compiled step's NaN logits at a run's start can come from, and the fix.
+STALE_CACHE = (
+    "Inductor's cache (TORCHINDUCTOR_CACHE_DIR) may hold a step compiled under other CPU kernel settings "
+    "(ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA): point TORCHINDUCTOR_CACHE_DIR at a fresh folder"
+)
+
+
 class LMActor:
     """A causal LM policy for the environment, with a KV cache per agent.
 
@@ -161,7 +168,10 @@ class LMActor:
                 agent, *self._new_column(observation), sample=True, generator=self.generator
             )
             if not bool(valid):
-                sample_categorical(torch.softmax(logits, dim=-1))  # raises, naming the row
+                try:
+                    sample_categorical(torch.softmax(logits, dim=-1))  # raises, naming the row
+                except ValueError as error:
+                    raise ValueError(f"{error} (with --compile, at a run's first iteration: {STALE_CACHE})") from None
             return StepOutput(tokens=tokens, logits=logits)
         logits = self.next_token_logits(agent, observation)
         if self.logits_processor:

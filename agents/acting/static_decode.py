@@ -4,15 +4,22 @@
 ``DynamicCache`` that grows by concatenation: a few hundred small operators per token whatever the
 model's size, each a kernel launch on a GPU. This module gives an actor a :class:`StaticDecoder`:
 
-- one ``transformers.StaticCache`` per actor, preallocated for the longest turn the run can play
-  (``cache_length``: the environment's context window, which holds a turn's prompt and answer) and reset, not rebuilt, at each turn's
-  prefill; the keys and values are written in place, so every decode step has the same shapes;
+- a ``transformers.StaticCache`` per turn length: a turn's cache is the smallest of :data:`BUCKETS` that
+  holds its prompt and longest answer (at most ``cache_length``, the environment's context window),
+  kept and reset, not rebuilt, at the next turn of that length; keys and values are written in place,
+  so every decode step of a length has the same shapes, and attention reads about what a dynamic
+  cache would rather than the whole window (on a CPU the whole 256-token window made decoding slower
+  than eager: docs/benchmarks.md);
 - the prefill (a turn's prompt, of any length) runs eager into that cache;
-- each later step, one new token per conversation, runs a compiled function of fixed shapes:
-  token ids ``(B, 1)``, positions ``(B, 1)`` and the attention mask over the whole cache
-  ``(B, cache_length)`` (zero past the tokens written), kept in a buffer of its own that each step
-  updates in place. ``torch.compile`` with ``dynamic=False``: on CUDA ``mode="reduce-overhead"``
-  (CUDA graphs: one launch for the step), on a CPU Inductor's C++ kernels. The compiled function
+- each later step, one new token per conversation, runs a compiled function of fixed shapes: token
+  ids ``(B, 1)`` and the new token's attention mask, in buffers of their own, with the step's
+  bookkeeping inside the graph (the mask over the whole cache updated in place, the positions
+  counted) and, on CUDA or for vocabularies up to :data:`FUSED_VOCABULARY`, the next token drawn
+  too (from a uniform number the actor's generator drew, as
+  :func:`~cory_agents.acting.actor.sample_categorical` draws it). ``torch.compile`` with
+  ``dynamic=False`` and Dynamo's guards on the model's modules skipped: on CUDA
+  ``mode="reduce-overhead"`` (CUDA graphs: one launch for the step), on a CPU Inductor's C++ wrapper
+  (no Python between its kernels). It compiles once per cache length met. The compiled function
   takes the model as an argument, so actors of models of one architecture share its graph.
 
 The logits agree with the eager path's to float rounding (the attention reads masked zeros beyond
