@@ -20,7 +20,8 @@ model's size, each a kernel launch on a GPU. This module gives an actor a :class
   ``dynamic=False`` and Dynamo's guards on the model's modules skipped: on CUDA
   ``mode="reduce-overhead"`` (CUDA graphs: one launch for the step), on a CPU Inductor's C++ wrapper
   (no Python between its kernels). It compiles once per cache length met. The compiled function
-  takes the model as an argument, so actors of models of one architecture share its graph.
+  takes the model as an argument: actors of models of one architecture share its graph, and a team
+  of two architectures gets one each (the parameters' shapes are still guarded: tested).
 
 The logits agree with the eager path's to float rounding (the attention reads masked zeros beyond
 the written tokens instead of a shorter cache): greedy decoding gives the same tokens, and sampling

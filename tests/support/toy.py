@@ -32,13 +32,13 @@ def gpt2_tokenizer():
     return GPT2Tokenizer(vocab=vocab, merges=merges)
 
 
-def save_tiny_llama(folder: Path, tokenizer, seed: int = 0) -> Path:
+def save_tiny_llama(folder: Path, tokenizer, seed: int = 0, hidden_size: int = 32) -> Path:
     """A 2-layer Llama (the embedded model's architecture) with random weights, saved with a tokenizer."""
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,

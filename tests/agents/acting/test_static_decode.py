@@ -129,11 +129,12 @@ def test_one_turn_at_a_time_and_a_cache_that_fits(toy):
     [
         [],
         ["--models", "{model},{other}"],
+        ["--models", "{model},{wider}"],
         ["--no-padding-free"],
         ["--rounds", "2"],
         ["--learner", "difference"],
     ],
-    ids=["cory", "two-models", "padded", "two-rounds", "difference-replays"],
+    ids=["cory", "two-models", "two-architectures", "padded", "two-rounds", "difference-replays"],
 )
 def test_cory_train_compile_samples_what_the_eager_run_samples(toy_model, tmp_path, extra):
     """Three iterations of cory-train with --compile: the eager run's responses, word for word (the toy model's
@@ -148,7 +149,8 @@ def test_cory_train_compile_samples_what_the_eager_run_samples(toy_model, tmp_pa
 
     common = ["--algo", "cory", "--iterations", "3", "--role-exchange-period", "1", "--samples-per-iteration", "8"]
     other = save_tiny_llama(tmp_path / "other", toy_tokenizer(), seed=1)  # a team of two different models
-    extra = [flag.format(model=toy_model, other=other) for flag in extra]
+    wider = save_tiny_llama(tmp_path / "wider", toy_tokenizer(), seed=2, hidden_size=48)  # of two architectures
+    extra = [flag.format(model=toy_model, other=other, wider=wider) for flag in extra]
     graphs = 0
     for name, flags in (("eager", []), ("compiled", ["--compile"])):
         torch._dynamo.reset()
