@@ -30,6 +30,7 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
+from cory_agents.acting.sampling import not_a_distribution, sample_categorical
 from cory_agents.acting.static_decode import StaticDecoder
 
 
@@ -45,35 +46,6 @@ def generate_positions(attention_mask: torch.Tensor) -> torch.Tensor:
     """Position ids of left-padded contexts as ``generate`` gives them: each real token's count
     of real tokens before it (padding gets 0, which nothing attends to)."""
     return (attention_mask.cumsum(-1) - 1).clamp(min=0)
-
-
-def sample_categorical(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """One token id per row of ``probs`` ``(B, V)``, drawn from that row's distribution.
-
-    Inverse transform sampling: the first id whose cumulative probability (float64, divided by
-    the row's total, so rows need not sum exactly to 1) exceeds a uniform draw from [0, 1); ids
-    of probability 0 (cut by top-k or top-p) are never drawn. The same distribution as
-    ``torch.multinomial(probs, 1)``, which on a CPU draws an exponential variate for every id
-    (for a 49152-token vocabulary many times slower than this; docs/benchmarks.md times both);
-    one uniform draw per row from ``generator`` instead. A row with NaN or inf, or all zeros,
-    raises a ``ValueError``.
-
-    Example:
-        >>> sample_categorical(torch.tensor([[0.0, 1.0, 0.0], [0.5, 0.0, 0.5]]), torch.Generator().manual_seed(0))
-        tensor([1, 2])
-    """
-    cdf = probs.double().cumsum_(-1)
-    total = cdf[:, -1:].clone()
-    valid = (total > 0) & torch.isfinite(total)
-    if not bool(valid.all()):  # a sync, but the tokens go to the host next anyway
-        bad = int((~valid).nonzero()[0, 0])
-        raise ValueError(
-            f"the next-token probabilities of row {bad} are not a distribution (they contain NaN or inf, or "
-            f"are all 0): the policy's logits diverged; lower the learning rate (--lr) or resume an earlier checkpoint"
-        )
-    cdf /= total  # the last entry becomes exactly 1.0 > every draw from [0, 1)
-    u = torch.rand(probs.shape[0], 1, generator=generator, dtype=torch.float64, device=probs.device)
-    return torch.searchsorted(cdf, u, right=True).squeeze(1)
 
 
 #: What a compiled step's NaN logits at a run's start can come from, and the fix.
@@ -167,11 +139,8 @@ class LMActor:
             tokens, logits, valid = self.static.step(
                 agent, *self._new_column(observation), sample=True, generator=self.generator
             )
-            if not bool(valid):
-                try:
-                    sample_categorical(torch.softmax(logits, dim=-1))  # raises, naming the row
-                except ValueError as error:
-                    raise ValueError(f"{error} (with --compile, at a run's first iteration: {STALE_CACHE})") from None
+            if not bool(valid.all()):
+                raise not_a_distribution(valid, f"with --compile, at a run's first iteration: {STALE_CACHE}")
             return StepOutput(tokens=tokens, logits=logits)
         logits = self.next_token_logits(agent, observation)
         if self.logits_processor:

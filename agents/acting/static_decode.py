@@ -38,6 +38,8 @@ import torch
 from torch import nn
 from transformers import StaticCache
 
+from cory_agents.acting.sampling import draw
+
 #: A turn's cache length: the smallest of these that holds its prompt and longest answer (each length met compiles
 #: the step once: a few per run), so that attention reads about what a dynamic cache would, not the whole window.
 BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
@@ -79,13 +81,10 @@ def sample_step(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`decode_step`, then the next tokens drawn as :func:`~cory_agents.acting.actor.sample_categorical` draws
     them (the softmax's cumulative probabilities in float64, divided by their total, against ``uniform`` ``(B, 1)``,
-    drawn by the caller from the actor's generator): ``(tokens, logits, valid)``, ``valid`` whether every row was a
+    drawn by the caller from the actor's generator): ``(tokens, logits, valid)``, ``valid`` ``(B, 1)`` whether each row was a
     distribution (not NaN or inf, not all 0)."""
     logits = decode_step(model, cache, ids, mask, count, index, column)
-    cdf = torch.softmax(logits, dim=-1).double().cumsum(-1)
-    total = cdf[:, -1:]
-    valid = ((total > 0) & torch.isfinite(total)).all()
-    tokens = torch.searchsorted(cdf / total, uniform, right=True).squeeze(1)
+    tokens, valid = draw(torch.softmax(logits, dim=-1), uniform)
     return tokens, logits, valid
 
 

@@ -107,7 +107,7 @@ def replay(
     env = copy.copy(played)
     env.reset(options={"answers": texts})
     episodes, infos = {}, {}
-    current, step = -1, 0
+    step = 0
     try:
         for role in env.agent_iter():
             observation, _, terminated, truncated, info = env.last()
@@ -122,8 +122,8 @@ def replay(
                 env.step(None)
                 continue
             k = env.round * N + roles.index(role)
-            if k != current:  # a turn starts
-                current, step = k, 0
+            if observation["past_length"][0] == 0:  # a turn starts
+                step = 0
                 if k not in fed and common_random_numbers and _samples(members[name]):
                     members[name].sampling_generator.set_state(_state_at(team, name, env.round))
             if k in fed:

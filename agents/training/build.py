@@ -174,7 +174,7 @@ def build_learners(
     return learners
 
 
-def build_team(config: TrainConfig, learners: dict[str, Learner], run: TeamRun | None = None) -> TeamLearner:
+def build_team(config: TrainConfig, learners: dict[str, Learner], run: TeamRun) -> TeamLearner:
     """The learners as one team learner: ``LEARNERS[config.learner]``'s when it is a
     :class:`~cory_agents.training.registry.TeamFactory`, else :class:`~cory_agents.learners.team.IndependentLearners`
     (each learner alone, its update recomputing activations as the observer with
@@ -186,7 +186,7 @@ def build_team(config: TrainConfig, learners: dict[str, Learner], run: TeamRun |
     takes_run = any(
         p.name == "run" or p.kind is p.VAR_KEYWORD for p in inspect.signature(factory.build).parameters.values()
     )
-    lent = {"run": run if run is not None else TeamRun(torch.device("cpu"))} if takes_run else {}
+    lent = {"run": run} if takes_run else {}
     team = factory.build(config, learners, seed=config.seed, **lent)  # the same on every process
     if not isinstance(team, TeamLearner):
         raise TypeError(

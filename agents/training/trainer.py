@@ -175,7 +175,6 @@ class Trainer:
         self.game.reset(seed=self.data_parallel.seed(self.config.seed) if self.iteration == 0 else None)
         finals = {}
         self.sampling_states: dict[str, list[torch.Tensor]] = {}  # each learner's, as each of its turns starts
-        starting = True
         with self.data_parallel.gathered(self.policies.values()):  # FSDP: whole weights while acting
             for agent in self.game.agent_iter():
                 obs, reward, term, trunc, info = self.game.last()
@@ -184,10 +183,10 @@ class Trainer:
                     self.game.step(None)
                 else:
                     learner = self.learners[agent]
-                    if starting and hasattr(learner, "sampling_generator"):  # for replays' common random numbers
+                    # A turn starts where nothing of it is cached yet: for replays' common random numbers.
+                    if obs["past_length"][0] == 0 and hasattr(learner, "sampling_generator"):
                         self.sampling_states.setdefault(agent, []).append(learner.sampling_generator.get_state())
                     self.game.step(learner.act(agent, obs))
-                    starting = self.game.unwrapped.turn_ended is not None
         return finals
 
     def _episode(self, observation: dict[str, Any], info: dict[str, Any]) -> Episode:
