@@ -9,7 +9,10 @@ Three measurements, each a ratio of two paths run interleaved in this process:
    and 64, bf16 autocast: the eager actor against the compiled one (CUDA graphs on a GPU);
 3. a CORY training iteration (batch 64, 10 new tokens, bf16, as benchmarks/cuda_check.py trains), without
    and with ``--compile``: seconds, and the matmul floor (the iteration's matmul FLOPs, counted with
-   ``FlopCounterMode``, at the device's measured bf16 matmul rate) and each time over it.
+   ``FlopCounterMode``, at the device's measured bf16 matmul rate) and each time over it;
+4. the update's passes (benchmarks/update_passes.py) on the embedded model at batch 64, bf16: a pass without
+   gradients and a forward + backward, eager against ``torch.compile(dynamic=True)``, and the iterations that
+   win the compile back (on a CPU compiling them does not pay: docs/benchmarks.md).
 
 It prints each figure as it goes and writes them all to ``--out`` (JSON). Meant to finish in under 8
 minutes on one GPU (the compiles included); ``--device cpu --quick`` checks the script on a CPU.
@@ -154,6 +157,20 @@ def iteration(device: str, batch: int, iterations: int) -> dict:
     return out
 
 
+def update_passes(device: str, batch: int, quick: bool) -> dict:
+    """The update's passes eager against compiled (benchmarks/update_passes.py); the tiny model when ``quick``."""
+    from benchmarks import update_passes as passes
+    from benchmarks.cuda_check import model_path
+
+    settings = argparse.Namespace(
+        device=device, bf16=device == "cuda", batch_size=batch, response=10, ppo_epochs=4, rounds=1 if quick else 3
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        out = passes.measure("tiny" if quick else "embedded", settings, None if quick else model_path(Path(folder)))
+    print("update passes", json.dumps(out), flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="compile_check.json", help="where to write the results")
@@ -167,6 +184,7 @@ def main(argv: list[str] | None = None) -> dict:
     results["tiny"] = tiny(args.device, new_tokens, rounds, batches)
     results["embedded"] = embedded(args.device, new_tokens, rounds, batches, bf16=args.device == "cuda")
     results["cory_iteration"] = iteration(args.device, batch, 1 if args.quick else 3)
+    results["update_passes"] = update_passes(args.device, batch, quick=args.quick)
     results["seconds"] = time.perf_counter() - start
     Path(args.out).write_text(json.dumps(results, indent=2))
     print(f"{results['seconds']:.0f} s in all; {args.out}", flush=True)

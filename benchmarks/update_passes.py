@@ -1,0 +1,177 @@
+"""The update's passes, eager against compiled (``torch.compile``, dynamic shapes), side by side in one run.
+
+A PPO learner's update runs, per iteration, two passes without gradients (the frozen reference's and the
+scoring pass) and ``ppo_epochs`` minibatch passes with a forward and a backward
+(:class:`~cory_agents.learners.ppo.PPOLearner`). This script times both kinds on the value-head model as a
+run builds it (:class:`~cory_agents.learners.value_model.CausalLMWithValueHead`, padding-free passes, CPU
+linear layers on a CPU), over batches of a CORY iteration's shape (``--batch-size`` 8 contexts, prompts of
+40-70 tokens with left padding, ``--response`` 10 tokens; four widths in turn, as minibatches vary), by
+two paths interleaved width by width:
+
+- eager: the model called as a run calls it;
+- compiled: ``torch.compile(model, dynamic=True)``, the whole model (Inductor: C++ on a CPU, Triton on CUDA),
+  compiled at its first call of each kind (with and without gradients), then reused for every width.
+
+For each model (``--models tiny embedded``: rollout.py ``--tiny``'s 2-layer, 64-wide Llama over 1024 tokens,
+where launches dominate, and the embedded SmolLM2-135M) it prints milliseconds per pass, compiled / eager
+speed-ups, the seconds the compiles took, and how many iterations of a CORY run (two learners, each with
+``2`` passes without and ``--ppo-epochs`` with gradients) win them back. It checks the compiled logits
+against the eager ones (largest difference) and counts the frames compiled after the warm-up (a new width
+that compiled again would show here; the timings would then include compiles).
+
+    python benchmarks/update_passes.py                                   # both models, CPU
+    python benchmarks/update_passes.py --device cuda --bf16 --batch-size 64   # a GPU (benchmarks/compile_check.py)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+from torch._dynamo.utils import counters
+from trl.trainer.utils import selective_log_softmax
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/update_passes.py` from anywhere
+
+from benchmarks.compile_check import synchronized  # noqa: E402
+from benchmarks.rollout import tiny_llama  # noqa: E402
+from cory_agents.learners.lm import response_inputs  # noqa: E402
+from cory_agents.learners.value_model import CausalLMWithValueHead  # noqa: E402
+from cory_agents.speed import padding_free  # noqa: E402
+from cory_agents.speed.cpu_linear import use_cpu_linear  # noqa: E402
+from cory_env.models import load_causal_lm  # noqa: E402
+
+PROMPTS = (40, 55, 47, 70)  # the widths of the prompts, in turn
+
+
+def value_model(name: str, device: str, path: str | None = None) -> CausalLMWithValueHead:
+    """``name``'s model (``tiny``, or ``embedded``: ``path`` if given) as a run builds a PPO learner's (module docstring)."""
+    lm = tiny_llama() if name == "tiny" else load_causal_lm(path or "smollm2-135m", device=device)
+    lm.config._attn_implementation = "sdpa"
+    if device == "cpu":
+        use_cpu_linear(lm)
+    if not padding_free.enable(lm):
+        raise RuntimeError(f"{name}: padding-free passes need sdpa attention")
+    model = CausalLMWithValueHead(lm).to(device)
+    padding_free.enable(model)
+    return model
+
+
+def batches(vocab: int, rows: int, response: int, device: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """One left-padded batch per prompt width (a third of the rows padded, up to a third of the prompt)."""
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for P in PROMPTS:
+        ids = torch.randint(3, vocab, (rows, P + response), generator=g)
+        mask = torch.ones_like(ids)
+        for b in range(0, rows, 3):
+            mask[b, : int(torch.randint(1, P // 3, (1,), generator=g))] = 0
+        out.append((ids.to(device), mask.to(device)))
+    return out
+
+
+def passes(model, ids: torch.Tensor, mask: torch.Tensor, T: int, bf16: bool) -> dict:
+    """A pass without gradients (eval mode, as scoring) and a forward + backward (train mode, as a minibatch)."""
+
+    def no_grad() -> torch.Tensor:
+        model.eval()
+        with torch.no_grad(), torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=bf16):
+            logits, _ = model(**response_inputs(ids, mask, T))
+        return logits.float()
+
+    def with_grad() -> torch.Tensor:
+        model.train()
+        with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=bf16):
+            logits, values = model(**response_inputs(ids, mask, T))
+        loss = selective_log_softmax(logits.float(), ids[:, -T:]).mean() + values.float().mean()
+        loss.backward()
+        return loss.detach()
+
+    return {"no-grad pass": no_grad, "forward+backward": with_grad}
+
+
+def measure(name: str, args: argparse.Namespace, path: str | None = None) -> dict:
+    """The two paths' passes on ``name``'s model (:func:`value_model`), side by side (module docstring)."""
+    now = synchronized(args.device)
+    eager = value_model(name, args.device, path)
+    compiled = torch.compile(eager, dynamic=True)
+    data = batches(eager.lm.config.vocab_size, args.batch_size, args.response, args.device)
+    paths = {"eager": eager, "compiled": compiled}
+    compile_s = {}
+    for path, model in paths.items():  # warm-up: every width once (the compiles, at the first)
+        start = now()
+        for ids, mask in data:
+            for run in passes(model, ids, mask, args.response, args.bf16).values():
+                run()
+                eager.zero_grad(set_to_none=True)
+        compile_s[path] = now() - start
+    frames = counters["frames"]["ok"]
+    ids, mask = data[0]
+    got = passes(compiled, ids, mask, args.response, args.bf16)["no-grad pass"]()
+    want = passes(eager, ids, mask, args.response, args.bf16)["no-grad pass"]()
+    times: dict[str, dict[str, list[float]]] = {p: {"no-grad pass": [], "forward+backward": []} for p in paths}
+    for _ in range(args.rounds):
+        for ids, mask in data:
+            for path, model in paths.items():
+                for kind, run in passes(model, ids, mask, args.response, args.bf16).items():
+                    start = now()
+                    run()
+                    times[path][kind].append(now() - start)
+                    eager.zero_grad(set_to_none=True)
+    ms = {p: {k: 1000 * statistics.median(v) for k, v in kinds.items()} for p, kinds in times.items()}
+    speedup = {k: ms["eager"][k] / ms["compiled"][k] for k in ms["eager"]}
+    per_iteration = {p: 2 * (2 * m["no-grad pass"] + args.ppo_epochs * m["forward+backward"]) for p, m in ms.items()}
+    saved = (per_iteration["eager"] - per_iteration["compiled"]) / 1000
+    compile_cost = compile_s["compiled"] - compile_s["eager"]
+    return {
+        "ms": ms,
+        "compiled/eager speed": speedup,
+        "compile_s": compile_cost,
+        "update_ms_per_cory_iteration": per_iteration,
+        "iterations_to_win_back_the_compile": compile_cost / saved if saved > 0 else None,
+        "max_abs_logit_difference": float((got - want).abs().max()),
+        "frames_compiled_after_warm_up": counters["frames"]["ok"] - frames,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", nargs="+", choices=["tiny", "embedded"], default=["tiny", "embedded"])
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    p.add_argument("--batch-size", type=int, default=8, help="contexts per pass")
+    p.add_argument("--response", type=int, default=10, help="response tokens per context")
+    p.add_argument("--ppo-epochs", type=int, default=4, help="minibatch passes per learner and iteration")
+    p.add_argument("--rounds", type=int, default=5, help="measured rounds over the four widths")
+    p.add_argument("--out", help="also write the results here (JSON)")
+    args = p.parse_args(argv)
+    results = {}
+    for name in args.models:
+        r = results[name] = measure(name, args)
+        print(f"{name} (batch {args.batch_size}, {args.device}{', bf16' if args.bf16 else ''}):", flush=True)
+        for kind, speed in r["compiled/eager speed"].items():
+            print(
+                f"  {kind:17s} eager {r['ms']['eager'][kind]:9.2f} ms  compiled {r['ms']['compiled'][kind]:9.2f} ms  "
+                f"compiled/eager speed {speed:.2f}x"
+            )
+        back = r["iterations_to_win_back_the_compile"]
+        print(
+            f"  compile {r['compile_s']:.1f} s; a CORY iteration's update passes "
+            f"{r['update_ms_per_cory_iteration']['eager']:.0f} -> {r['update_ms_per_cory_iteration']['compiled']:.0f} ms; "
+            f"won back after {'never' if back is None else f'{back:.0f}'} iterations"
+        )
+        print(
+            f"  largest logit difference {r['max_abs_logit_difference']:.2e}; "
+            f"frames compiled after the warm-up {r['frames_compiled_after_warm_up']}",
+            flush=True,
+        )
+    if args.out:
+        Path(args.out).write_text(json.dumps({"settings": vars(args), "results": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
