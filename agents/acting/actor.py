@@ -104,6 +104,8 @@ class LMActor:
         if top_p < 1.0:
             warpers.append(TopPLogitsWarper(top_p))
         self.logits_processor = LogitsProcessorList(warpers)
+        #: Whether a decode step samples inside the compiled step (the paper's setting: no temperature, top-k or top-p).
+        self.fused_sampling = bool(self.static and self.static.fused_sampling and do_sample and not warpers)
         self._caches: dict[str, DynamicCache] = {}
         self._cached_length: dict[str, int] = {}
 
@@ -127,15 +129,7 @@ class LMActor:
     @torch.no_grad()
     def step(self, agent: str, observation: dict[str, np.ndarray]) -> StepOutput:
         """One incremental forward pass, then pick the next tokens."""
-        static = self.static
-        if (
-            static is not None
-            and static.fused_sampling
-            and self.do_sample
-            and not self.logits_processor
-            and (observation["past_length"][0])
-        ):
-            # A compiled decode step that samples too (the paper's setting: no temperature, top-k or top-p).
+        if self.fused_sampling and observation["past_length"][0]:  # a compiled decode step that samples too
             tokens, logits, valid = self.static.step(
                 agent, *self._new_column(observation), sample=True, generator=self.generator
             )
