@@ -76,6 +76,20 @@ def response_logits(lm: nn.Module, input_ids: torch.Tensor, attention_mask: torc
     return lm(**response_inputs(input_ids, attention_mask, T), use_cache=False).logits
 
 
+def load_weights(model: nn.Module, state: dict[str, torch.Tensor], expected: Iterable[str], steps: Any) -> None:
+    """Copy a checkpoint's weights into ``model``'s parameters of the same names, then tell its optimizer steps
+    (:mod:`cory_agents.distributed.optimizer_step`: sharded or fused copies) that they changed. A checkpoint
+    lacking any of the ``expected`` names is refused before anything is copied."""
+    missing = set(expected) - set(state)
+    if missing:
+        raise KeyError(f"checkpoint lacks {len(missing)} trainable weights, e.g. {sorted(missing)[:3]}")
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, value in state.items():
+            params[name].copy_(value)
+    steps.weights_loaded([params[name] for name in state])
+
+
 def flag(default: Any, help: str, **kw: Any) -> Any:
     """A config field that is a command-line flag: its default and its ``--help`` text
     (``kw``: more of HfArgumentParser's keywords, such as ``choices``)."""
@@ -418,14 +432,7 @@ class LMLearner:
         return {n: p.detach().clone() for n, p in self.model.named_parameters() if id(p) in trainable}
 
     def load_trainable_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        missing = set(self.trainable_state_dict()) - set(state)
-        if missing:
-            raise KeyError(f"checkpoint lacks {len(missing)} trainable weights, e.g. {sorted(missing)[:3]}")
-        params = dict(self.model.named_parameters())
-        with torch.no_grad():
-            for name, value in state.items():
-                params[name].copy_(value)
-        self.steps.weights_loaded([params[name] for name in state])
+        load_weights(self.model, state, self.trainable_state_dict(), self.steps)
 
     def state_dict(self) -> dict[str, Any]:
         return {

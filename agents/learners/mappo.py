@@ -39,10 +39,10 @@ import numpy as np
 import torch
 from trl.trainer.utils import disable_dropout_in_model
 
-from cory_agents.algorithms.advantages import explained_variance, gae, gae_over_turns
+from cory_agents.algorithms.advantages import explained_variance, gae_over_turns
 from cory_agents.algorithms.losses import value_loss
 from cory_agents.learners.base import Episode
-from cory_agents.learners.lm import response_inputs
+from cory_agents.learners.lm import load_weights, response_inputs
 from cory_agents.learners.ppo import PPOConfig, PPOLearner
 from cory_agents.learners.team import TeamEpisode, TeamRun
 from cory_agents.learners.value_model import CausalLMWithValueHead
@@ -104,10 +104,7 @@ class MAPPO:
 
             def estimate(rewards: torch.Tensor, mask: torch.Tensor, ep: Episode = ep, values=old_values, kept=kept):
                 values = values.to(rewards.device) * mask
-                if ep.turns == 1:
-                    advantages, kept["returns"] = gae(rewards, values, mask, c.gamma, c.lam)
-                else:
-                    advantages, kept["returns"] = gae_over_turns(rewards, values, mask, ep.turns, c.gamma, c.lam)
+                advantages, kept["returns"] = gae_over_turns(rewards, values, mask, ep.turns, c.gamma, c.lam)
                 kept["mask"] = mask
                 return advantages
 
@@ -182,11 +179,8 @@ class MAPPO:
         return {"critic": weights, "optimizer": self.steps.state_dict(), "generator": self.generator.get_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        params = dict(self.critic.named_parameters())
-        with torch.no_grad():
-            for name, value in state["critic"].items():
-                params[name].copy_(value)
-        self.steps.weights_loaded([params[n] for n in state["critic"]])
+        expected = (n for n, p in self.critic.named_parameters() if p.requires_grad)
+        load_weights(self.critic, state["critic"], expected, self.steps)
         self.steps.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])
 

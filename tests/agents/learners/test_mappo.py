@@ -142,6 +142,10 @@ def test_the_trainer_saves_the_critic_and_its_optimizer_and_loads_them_exactly(t
         changed |= not torch.equal(p, before[name])
     assert changed  # training moved the critic
     assert repr(fresh.team.steps.state_dict()) == repr(trainer.team.steps.state_dict())
+    team = trainer.team.state_dict()
+    team["critic"].pop("v_head.weight")
+    with pytest.raises(KeyError, match=r"checkpoint lacks 1 trainable weights.*v_head\.weight"):
+        fresh.team.load_state_dict(team)
 
 
 def test_mappo_raises_both_learners_reward(toy_model, tmp_path):
