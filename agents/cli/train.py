@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
 from pathlib import Path
 
@@ -124,8 +123,8 @@ def main(argv: list[str] | None = None) -> None:
     trainer = Trainer(config)
     out = trainer.train()
     trainer.data_parallel.close()  # every process, the run over: no backend torn down at exit
-    if trainer.stopped_by:  # Ctrl-C or SIGTERM: a checkpoint after the iteration (cory_agents.training.interrupt)
-        sys.exit(128 + getattr(signal.Signals, trainer.stopped_by, signal.SIGTERM).value)
+    if trainer.stop_status:  # Ctrl-C or SIGTERM: a checkpoint after the iteration (cory_agents.training.interrupt)
+        sys.exit(trainer.stop_status)
     if not trainer.data_parallel.is_main_process:
         return
     print("", *learning_summary(out, trainer.config.batch_size * trainer.data_parallel.num_processes), sep="\n")

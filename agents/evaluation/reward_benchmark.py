@@ -40,7 +40,6 @@ import argparse
 import dataclasses
 import gc
 import json
-import signal
 import sys
 import typing
 from collections.abc import Iterable
@@ -184,10 +183,9 @@ def completed_iterations(folder: Path) -> int:
 
 
 def _stop_if_stopped(trainer: Trainer) -> None:
-    """A run stopped by Ctrl-C or SIGTERM (its checkpoint written) stops the benchmark too: exit ``128 + signal``,
-    as cory-train does; ``--resume`` continues it."""
-    if trainer.stopped_by:
-        sys.exit(128 + getattr(signal.Signals, trainer.stopped_by, signal.SIGTERM).value)
+    """A run stopped by Ctrl-C or SIGTERM stops the benchmark too, with cory-train's exit status."""
+    if trainer.stop_status:
+        sys.exit(trainer.stop_status)
 
 
 def _trained(folder: Path) -> int:

@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import signal
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -82,6 +83,14 @@ class Trainer:
         self.out = Path(self.config.out)
         self.iteration = 0
         self.stopped_by = ""  # the signal that stopped train() before its last iteration, if one did
+
+    @property
+    def stop_status(self) -> int:
+        """The exit status of a run a signal stopped (Ctrl-C, SIGTERM: ``128 +`` its number, as a shell reports
+        it; its checkpoint written, ``--resume`` continues it), else 0."""
+        if not self.stopped_by:
+            return 0
+        return 128 + getattr(signal.Signals, self.stopped_by, signal.SIGTERM).value
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
