@@ -42,6 +42,7 @@ import numpy as np
 
 from cory_agents.learners.base import Episode
 from cory_agents.learners.team import TeamEpisode
+from cory_env.context import encode
 
 
 class _Keep:
@@ -162,7 +163,7 @@ def _tokens(env: Any, k: int, given: Sequence[str] | _Keep) -> np.ndarray:
         turn = env.played_turns(role)[k // N]
         return np.asarray(turn.input_ids[:, -turn.response_width :])
     stop = [int(speaker.stop_token_ids[0])] if len(speaker.stop_token_ids) else []
-    rows = [speaker.tokenizer(text, add_special_tokens=False)["input_ids"] + stop for text in given]
+    rows = [ids + stop for ids in encode(speaker.tokenizer, list(given), add_special_tokens=False)]
     out = np.full((len(rows), max(1, *map(len, rows))), speaker.pad_token_id, dtype=np.int64)
     for b, row in enumerate(rows):
         out[b, : len(row)] = row
