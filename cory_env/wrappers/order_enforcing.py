@@ -6,7 +6,7 @@ from typing import Any
 
 from pettingzoo.utils import wrappers
 
-from cory_env.wrappers.state import STATE
+from cory_env.wrappers.state import forward_state
 
 
 class OrderEnforcingWrapper(wrappers.OrderEnforcingWrapper):
@@ -30,7 +30,4 @@ def _checked_reader(name: str) -> Any:
 
 
 # The AEC state read at once, not through __getattr__ (cory_env.wrappers.state), still refused before reset.
-for _name in STATE:
-    setattr(
-        OrderEnforcingWrapper, _name, property(_checked_reader(_name), doc=f"The wrapped environment's ``{_name}``.")
-    )
+forward_state(OrderEnforcingWrapper, _checked_reader)

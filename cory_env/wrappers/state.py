@@ -10,17 +10,19 @@ values, read without the failed lookup.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 #: The attributes of the AEC state a token step reads.
 STATE = ("agents", "agent_selection", "terminations", "truncations", "rewards", "infos", "_cumulative_rewards")
 
 
-def forward_state(cls: type) -> type:
-    """Give ``cls`` (a wrapper with ``self.env``) a read-only property for each of :data:`STATE` it does not define."""
+def forward_state(cls: type, reader: Callable[[str], Callable[[Any], Any]] | None = None) -> type:
+    """Give ``cls`` (a wrapper with ``self.env``) a read-only property for each of :data:`STATE` it does not define;
+    ``reader(name)`` makes each getter (default: one that returns the wrapped environment's attribute)."""
     for name in STATE:
         if name not in cls.__dict__:
-            setattr(cls, name, property(_reader(name), doc=f"The wrapped environment's ``{name}``."))
+            setattr(cls, name, property((reader or _reader)(name), doc=f"The wrapped environment's ``{name}``."))
     return cls
 
 
