@@ -163,7 +163,13 @@ def update_passes(device: str, batch: int, quick: bool) -> dict:
     from benchmarks.cuda_check import model_path
 
     settings = argparse.Namespace(
-        device=device, bf16=device == "cuda", batch_size=batch, response=10, ppo_epochs=4, rounds=1 if quick else 3
+        device=device,
+        bf16=device == "cuda",
+        batch_size=batch,
+        mini_batch_size=None,
+        response=10,
+        ppo_epochs=1,
+        rounds=1 if quick else 3,
     )
     with tempfile.TemporaryDirectory() as folder:
         out = passes.measure("tiny" if quick else "embedded", settings, None if quick else model_path(Path(folder)))

@@ -1,23 +1,25 @@
 """The update's passes, eager against compiled (``torch.compile``, dynamic shapes), side by side in one run.
 
-A PPO learner's update runs, per iteration, two passes without gradients (the frozen reference's and the
-scoring pass) and ``ppo_epochs`` minibatch passes with a forward and a backward
+A PPO learner's update runs, per iteration, passes without gradients over the batch (the frozen reference's,
+and the scoring pass unless a minibatch is the whole batch: cory_agents.speed.scoring_reuse) and
+``ppo_epochs`` x (batch / minibatch) passes with a forward and a backward over a minibatch
 (:class:`~cory_agents.learners.ppo.PPOLearner`). This script times both kinds on the value-head model as a
 run builds it (:class:`~cory_agents.learners.value_model.CausalLMWithValueHead`, padding-free passes, CPU
 linear layers on a CPU), over batches of a CORY iteration's shape (``--batch-size`` 8 contexts, prompts of
-40-70 tokens with left padding, ``--response`` 10 tokens; four widths in turn, as minibatches vary), by
-two paths interleaved width by width:
+40-70 tokens with left padding, ``--response`` 10 tokens; four widths in turn, as batches vary), the
+forward + backward over the first ``--mini-batch-size`` of them, by two paths interleaved width by width:
 
 - eager: the model called as a run calls it;
 - compiled: ``torch.compile(model, dynamic=True)``, the whole model (Inductor: C++ on a CPU, Triton on CUDA),
-  compiled at its first call of each kind (with and without gradients), then reused for every width.
+  compiled at its first call of each kind (with and without gradients), at the first width.
 
 For each model (``--models tiny embedded``: rollout.py ``--tiny``'s 2-layer, 64-wide Llama over 1024 tokens,
-where launches dominate, and the embedded SmolLM2-135M) it prints milliseconds per pass, compiled / eager
-speed-ups, the seconds the compiles took, and how many iterations of a CORY run (two learners, each with
-``2`` passes without and ``--ppo-epochs`` with gradients) win them back. It checks the compiled logits
-against the eager ones (largest difference) and counts the frames compiled after the warm-up (a new width
-that compiled again would show here; the timings would then include compiles).
+where launches dominate, and the embedded SmolLM2-135M) it prints milliseconds per pass (medians over the
+rounds and widths), compiled / eager speed-ups, the seconds the compiles took, and how many iterations of a
+CORY run (two learners, each with the passes above, cory-train's defaults: 1 epoch, minibatches of
+``min(16, batch)``) win them back. It checks the compiled pass against the eager one (largest logit
+difference without gradients, loss difference with them) and counts the frames Dynamo compiled at the
+widths after the first (any would mean a width compiles again, and its time is then in the figures).
 
     python benchmarks/update_passes.py                                   # both models, CPU
     python benchmarks/update_passes.py --device cuda --bf16 --batch-size 64   # a GPU (benchmarks/compile_check.py)
@@ -39,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmar
 
 from benchmarks.compile_check import synchronized  # noqa: E402
 from benchmarks.rollout import tiny_llama  # noqa: E402
-from cory_agents.learners.lm import response_inputs  # noqa: E402
+from cory_agents.learners.lm import default_mini_batch_size, response_inputs  # noqa: E402
 from cory_agents.learners.value_model import CausalLMWithValueHead  # noqa: E402
 from cory_agents.speed import padding_free  # noqa: E402
 from cory_agents.speed.cpu_linear import use_cpu_linear  # noqa: E402
@@ -74,8 +76,9 @@ def batches(vocab: int, rows: int, response: int, device: str) -> list[tuple[tor
     return out
 
 
-def passes(model, ids: torch.Tensor, mask: torch.Tensor, T: int, bf16: bool) -> dict:
-    """A pass without gradients (eval mode, as scoring) and a forward + backward (train mode, as a minibatch)."""
+def passes(model, ids: torch.Tensor, mask: torch.Tensor, T: int, mini: int, bf16: bool) -> dict:
+    """A pass without gradients over the batch (eval mode, as scoring) and a forward + backward over its first
+    ``mini`` contexts (train mode, as a minibatch); each returns what the check compares."""
 
     def no_grad() -> torch.Tensor:
         model.eval()
@@ -86,8 +89,8 @@ def passes(model, ids: torch.Tensor, mask: torch.Tensor, T: int, bf16: bool) -> 
     def with_grad() -> torch.Tensor:
         model.train()
         with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=bf16):
-            logits, values = model(**response_inputs(ids, mask, T))
-        loss = selective_log_softmax(logits.float(), ids[:, -T:]).mean() + values.float().mean()
+            logits, values = model(**response_inputs(ids[:mini], mask[:mini], T))
+        loss = selective_log_softmax(logits.float(), ids[:mini, -T:]).mean() + values.float().mean()
         loss.backward()
         return loss.detach()
 
@@ -97,44 +100,49 @@ def passes(model, ids: torch.Tensor, mask: torch.Tensor, T: int, bf16: bool) -> 
 def measure(name: str, args: argparse.Namespace, path: str | None = None) -> dict:
     """The two paths' passes on ``name``'s model (:func:`value_model`), side by side (module docstring)."""
     now = synchronized(args.device)
+    B = args.batch_size
+    mini = args.mini_batch_size or default_mini_batch_size(B)
     eager = value_model(name, args.device, path)
-    compiled = torch.compile(eager, dynamic=True)
-    data = batches(eager.lm.config.vocab_size, args.batch_size, args.response, args.device)
-    paths = {"eager": eager, "compiled": compiled}
-    compile_s = {}
-    for path, model in paths.items():  # warm-up: every width once (the compiles, at the first)
-        start = now()
-        for ids, mask in data:
-            for run in passes(model, ids, mask, args.response, args.bf16).values():
-                run()
-                eager.zero_grad(set_to_none=True)
-        compile_s[path] = now() - start
+    models = {"eager": eager, "compiled": torch.compile(eager, dynamic=True)}
+    data = batches(eager.lm.config.vocab_size, B, args.response, args.device)
+
+    def run(label: str, ids: torch.Tensor, mask: torch.Tensor) -> dict[str, tuple[float, torch.Tensor]]:
+        out = {}
+        for kind, fn in passes(models[label], ids, mask, args.response, mini, args.bf16).items():
+            start = now()
+            result = fn()
+            out[kind] = (now() - start, result)
+            eager.zero_grad(set_to_none=True)
+        return out
+
+    first = {label: run(label, *data[0]) for label in models}  # the compiles, at the first width
+    compile_s = sum(t for t, _ in first["compiled"].values()) - sum(t for t, _ in first["eager"].values())
+    difference = {
+        kind: float((first["compiled"][kind][1] - first["eager"][kind][1]).abs().max()) for kind in first["eager"]
+    }
     frames = counters["frames"]["ok"]
-    ids, mask = data[0]
-    got = passes(compiled, ids, mask, args.response, args.bf16)["no-grad pass"]()
-    want = passes(eager, ids, mask, args.response, args.bf16)["no-grad pass"]()
-    times: dict[str, dict[str, list[float]]] = {p: {"no-grad pass": [], "forward+backward": []} for p in paths}
+    times: dict[str, dict[str, list[float]]] = {label: {"no-grad pass": [], "forward+backward": []} for label in models}
     for _ in range(args.rounds):
         for ids, mask in data:
-            for path, model in paths.items():
-                for kind, run in passes(model, ids, mask, args.response, args.bf16).items():
-                    start = now()
-                    run()
-                    times[path][kind].append(now() - start)
-                    eager.zero_grad(set_to_none=True)
-    ms = {p: {k: 1000 * statistics.median(v) for k, v in kinds.items()} for p, kinds in times.items()}
-    speedup = {k: ms["eager"][k] / ms["compiled"][k] for k in ms["eager"]}
-    per_iteration = {p: 2 * (2 * m["no-grad pass"] + args.ppo_epochs * m["forward+backward"]) for p, m in ms.items()}
+            for label in models:
+                for kind, (seconds, _) in run(label, ids, mask).items():
+                    times[label][kind].append(seconds)
+    ms = {label: {k: 1000 * statistics.median(v) for k, v in kinds.items()} for label, kinds in times.items()}
+    no_grad_passes = 1 + (mini != B)  # the reference's, and the scoring pass unless epoch 0's pass doubles as it
+    per_iteration = {
+        label: 2 * (no_grad_passes * m["no-grad pass"] + args.ppo_epochs * (B // mini) * m["forward+backward"])
+        for label, m in ms.items()
+    }
     saved = (per_iteration["eager"] - per_iteration["compiled"]) / 1000
-    compile_cost = compile_s["compiled"] - compile_s["eager"]
     return {
         "ms": ms,
-        "compiled/eager speed": speedup,
-        "compile_s": compile_cost,
+        "compiled/eager speed": {k: ms["eager"][k] / ms["compiled"][k] for k in ms["eager"]},
+        "compile_s": compile_s,
+        "minibatch": mini,
         "update_ms_per_cory_iteration": per_iteration,
-        "iterations_to_win_back_the_compile": compile_cost / saved if saved > 0 else None,
-        "max_abs_logit_difference": float((got - want).abs().max()),
-        "frames_compiled_after_warm_up": counters["frames"]["ok"] - frames,
+        "iterations_to_win_back_the_compile": compile_s / saved if saved > 0 else None,
+        "largest_difference": difference,
+        "frames_compiled_at_later_widths": counters["frames"]["ok"] - frames,
     }
 
 
@@ -145,14 +153,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
     p.add_argument("--batch-size", type=int, default=8, help="contexts per pass")
     p.add_argument("--response", type=int, default=10, help="response tokens per context")
-    p.add_argument("--ppo-epochs", type=int, default=4, help="minibatch passes per learner and iteration")
+    p.add_argument("--mini-batch-size", type=int, help="contexts of a forward + backward (default: as cory-train's)")
+    p.add_argument("--ppo-epochs", type=int, default=1, help="passes over the batch per iteration (as cory-train's)")
     p.add_argument("--rounds", type=int, default=5, help="measured rounds over the four widths")
     p.add_argument("--out", help="also write the results here (JSON)")
     args = p.parse_args(argv)
     results = {}
     for name in args.models:
         r = results[name] = measure(name, args)
-        print(f"{name} (batch {args.batch_size}, {args.device}{', bf16' if args.bf16 else ''}):", flush=True)
+        where = f"batch {args.batch_size}, minibatch {r['minibatch']}, {args.device}{', bf16' if args.bf16 else ''}"
+        print(f"{name} ({where}):", flush=True)
         for kind, speed in r["compiled/eager speed"].items():
             print(
                 f"  {kind:17s} eager {r['ms']['eager'][kind]:9.2f} ms  compiled {r['ms']['compiled'][kind]:9.2f} ms  "
@@ -164,9 +174,10 @@ def main(argv: list[str] | None = None) -> None:
             f"{r['update_ms_per_cory_iteration']['eager']:.0f} -> {r['update_ms_per_cory_iteration']['compiled']:.0f} ms; "
             f"won back after {'never' if back is None else f'{back:.0f}'} iterations"
         )
+        d = r["largest_difference"]
         print(
-            f"  largest logit difference {r['max_abs_logit_difference']:.2e}; "
-            f"frames compiled after the warm-up {r['frames_compiled_after_warm_up']}",
+            f"  compiled against eager: logits {d['no-grad pass']:.2e}, loss {d['forward+backward']:.2e}; "
+            f"frames compiled at later widths {r['frames_compiled_at_later_widths']}",
             flush=True,
         )
     if args.out:
