@@ -144,9 +144,11 @@ def empty_context(pad_token_id: int, num_conversations: int, context_length: int
 def encode(tokenizer: Any, texts: list[str], add_special_tokens: bool = True) -> list[list[int]]:
     """``tokenizer(texts, add_special_tokens=...)["input_ids"]``, through a fast tokenizer's Rust backend directly
     where it has one (``encode_batch_fast``: the same ids, without the offsets and Python conversions; the
-    environment tokenizes every turn's prompts)."""
+    environment tokenizes every turn's prompts), unless the backend pads or truncates (a ``tokenizer.json`` that
+    says so), which the tokenizer's own call switches off."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None and hasattr(backend, "encode_batch_fast"):
+    plain = backend is not None and backend.padding is None and backend.truncation is None  # as the call would set
+    if plain and hasattr(backend, "encode_batch_fast"):
         return [e.ids for e in backend.encode_batch_fast(texts, add_special_tokens=add_special_tokens)]
     return [list(ids) for ids in tokenizer(texts, add_special_tokens=add_special_tokens)["input_ids"]]
 

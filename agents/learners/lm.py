@@ -79,11 +79,14 @@ def response_logits(lm: nn.Module, input_ids: torch.Tensor, attention_mask: torc
 def load_weights(model: nn.Module, state: dict[str, torch.Tensor], expected: Iterable[str], steps: Any) -> None:
     """Copy a checkpoint's weights into ``model``'s parameters of the same names, then tell its optimizer steps
     (:mod:`cory_agents.distributed.optimizer_step`: sharded or fused copies) that they changed. A checkpoint
-    lacking any of the ``expected`` names is refused before anything is copied."""
+    lacking any of the ``expected`` names, or holding a name the model lacks, is refused before anything is copied."""
     missing = set(expected) - set(state)
     if missing:
         raise KeyError(f"checkpoint lacks {len(missing)} trainable weights, e.g. {sorted(missing)[:3]}")
     params = dict(model.named_parameters())
+    unknown = set(state) - set(params)
+    if unknown:
+        raise KeyError(f"checkpoint holds {len(unknown)} weights this model lacks, e.g. {sorted(unknown)[:3]}")
     with torch.no_grad():
         for name, value in state.items():
             params[name].copy_(value)

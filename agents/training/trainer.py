@@ -87,7 +87,7 @@ class Trainer:
     @property
     def stop_status(self) -> int:
         """The exit status of a run a signal stopped (Ctrl-C, SIGTERM: ``128 +`` its number, as a shell reports
-        it; its checkpoint written, ``--resume`` continues it), else 0."""
+        it; ``--resume`` continues it), else 0. A stop another process of the launch received counts as SIGTERM."""
         if not self.stopped_by:
             return 0
         return 128 + getattr(signal.Signals, self.stopped_by, signal.SIGTERM).value
