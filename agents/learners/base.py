@@ -36,7 +36,7 @@ Example: see ``docs/plug-in-your-algorithm.md`` (a REINFORCE learner in about 40
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -174,3 +174,20 @@ def reward_metrics(episode: Episode, kl: float, kl_coef: float) -> dict[str, flo
             metrics["final_turn_task_reward_mean"] = float(episode.extra["turn_task_rewards"][-1].mean())
         metrics["kl_per_turn"] = float(kl) / episode.turns
     return metrics
+
+
+def load_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], expected: Iterable[str], steps: Any) -> None:
+    """Copy a checkpoint's weights into ``model``'s parameters of the same names, then tell its optimizer steps
+    (:mod:`cory_agents.distributed.optimizer_step`: sharded or fused copies) that they changed. A checkpoint
+    lacking any of the ``expected`` names, or holding a name the model lacks, is refused before anything is copied."""
+    missing = set(expected) - set(state)
+    if missing:
+        raise KeyError(f"checkpoint lacks {len(missing)} trainable weights, e.g. {sorted(missing)[:3]}")
+    params = dict(model.named_parameters())
+    unknown = set(state) - set(params)
+    if unknown:
+        raise KeyError(f"checkpoint holds {len(unknown)} weights this model lacks, e.g. {sorted(unknown)[:3]}")
+    with torch.no_grad():
+        for name, value in state.items():
+            params[name].copy_(value)
+    steps.weights_loaded([params[name] for name in state])

@@ -44,7 +44,7 @@ from cory_agents.acting.actor import LMActor, generate_positions
 from cory_agents.algorithms.kl import ESTIMATORS, AdaptiveKLController, FixedKLController, kl_per_token
 from cory_agents.distributed.data_parallel import DataParallel
 from cory_agents.distributed.optimizer_step import optimizer_steps
-from cory_agents.learners.base import Episode, reward_metrics
+from cory_agents.learners.base import Episode, load_weights, reward_metrics
 from cory_env.errors import NonFiniteUpdateError, UsageError
 
 
@@ -74,23 +74,6 @@ def response_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, T: in
 def response_logits(lm: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, T: int) -> torch.Tensor:
     """Logits ``(B, T, V)`` that predicted the last ``T`` tokens (the response), left padding handled."""
     return lm(**response_inputs(input_ids, attention_mask, T), use_cache=False).logits
-
-
-def load_weights(model: nn.Module, state: dict[str, torch.Tensor], expected: Iterable[str], steps: Any) -> None:
-    """Copy a checkpoint's weights into ``model``'s parameters of the same names, then tell its optimizer steps
-    (:mod:`cory_agents.distributed.optimizer_step`: sharded or fused copies) that they changed. A checkpoint
-    lacking any of the ``expected`` names, or holding a name the model lacks, is refused before anything is copied."""
-    missing = set(expected) - set(state)
-    if missing:
-        raise KeyError(f"checkpoint lacks {len(missing)} trainable weights, e.g. {sorted(missing)[:3]}")
-    params = dict(model.named_parameters())
-    unknown = set(state) - set(params)
-    if unknown:
-        raise KeyError(f"checkpoint holds {len(unknown)} weights this model lacks, e.g. {sorted(unknown)[:3]}")
-    with torch.no_grad():
-        for name, value in state.items():
-            params[name].copy_(value)
-    steps.weights_loaded([params[name] for name in state])
 
 
 def flag(default: Any, help: str, **kw: Any) -> Any:

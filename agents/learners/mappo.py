@@ -41,8 +41,8 @@ from trl.trainer.utils import disable_dropout_in_model
 
 from cory_agents.algorithms.advantages import explained_variance, gae_over_turns
 from cory_agents.algorithms.losses import value_loss
-from cory_agents.learners.base import Episode
-from cory_agents.learners.lm import load_weights, response_inputs
+from cory_agents.learners.base import Episode, load_weights
+from cory_agents.learners.lm import response_inputs
 from cory_agents.learners.ppo import PPOConfig, PPOLearner
 from cory_agents.learners.team import TeamEpisode, TeamRun
 from cory_agents.learners.value_model import CausalLMWithValueHead
