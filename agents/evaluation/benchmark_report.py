@@ -18,6 +18,7 @@ from cory_agents.evaluation.report import fmt, markdown_table, write_json
 from cory_agents.evaluation.statistics import mean_ci, reward_rise, welch_test
 from cory_agents.training.metrics import read_metrics
 from cory_agents.training.plots import learner_columns, plot_comparison, plot_kl_vs_reward
+from cory_env.tasks import get_task
 
 if TYPE_CHECKING:
     from cory_agents.evaluation.reward_benchmark import BenchmarkConfig
@@ -146,6 +147,12 @@ def _comparisons(summary: list[dict[str, Any]], baseline_algo: str) -> list[dict
     return comparisons
 
 
+def has_held_out_evaluation(task: str) -> bool:
+    """Whether a benchmark of ``task`` evaluates its runs on held-out prompts: not a game of several agents (the
+    held-out evaluation plays each model alone, and a model alone scores nothing there)."""
+    return get_task(task).min_agents == 1
+
+
 def write_report(out: Path, train: TrainConfig, bench: BenchmarkConfig, settings: dict[str, Any]) -> dict[str, Any]:
     """report.json, report.md and the curve PNGs of the runs in ``out`` (``settings``: benchmark.json's)."""
     seeds = list(range(bench.seed, bench.seed + bench.seeds))
@@ -154,8 +161,7 @@ def write_report(out: Path, train: TrainConfig, bench: BenchmarkConfig, settings
     frames: dict[str, list[pd.DataFrame]] = {}
     summary = []
     seconds: dict[str, dict[str, Any]] = {}
-    # Every run evaluated on held-out prompts (none in a team game: a model alone scores nothing there).
-    held_out = all((run_dir(out, a, seed) / "evaluation.json").exists() for a in bench.algos for seed in seeds)
+    held_out = has_held_out_evaluation(train.task)
     for algo in bench.algos:
         per_seed_train, per_seed_eval, per_seed_rise, per_seed_seconds = [], [], [], []
         for seed in seeds:

@@ -50,7 +50,14 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from cory_agents.cli.errors import add_debug_flag, one_line_errors, refuse_retired_flags
-from cory_agents.evaluation.benchmark_report import KL_VS_REWARD_PLOT, PLOTS, format_report, run_dir, write_report
+from cory_agents.evaluation.benchmark_report import (
+    KL_VS_REWARD_PLOT,
+    PLOTS,
+    format_report,
+    has_held_out_evaluation,
+    run_dir,
+    write_report,
+)
 from cory_agents.evaluation.held_out import EvalConfig, evaluate, load_reward
 from cory_agents.evaluation.report import write_json
 from cory_agents.learners.lm import LMLearnerConfig, flag
@@ -318,9 +325,8 @@ def run_benchmark(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
     overwrite are set per run). Returns the report (also in ``report.json``).
     """
     train = dataclasses.replace(apply_preset(train), preset="")  # the settings as the runs will use them
-    # The held-out evaluation plays each model alone: not in a game of several agents (it scores nothing alone).
     task = get_task(train.task)
-    held_out = task.min_agents == 1
+    held_out = has_held_out_evaluation(train.task)
     if alone := [arm for arm in bench.algos if arm.partition(":")[0] == "ppo" and task.min_agents > 1]:
         raise UsageError(
             f"--task {task.name} is a game of {task.min_agents} agents, and --algos {' '.join(alone)} trains one "
