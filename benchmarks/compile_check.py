@@ -35,8 +35,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/compile_check.py` from anywhere
 
 from benchmarks.iteration import gemm_rate  # noqa: E402
-from benchmarks.rollout import SAMPLING, actor_decode, generate_decode, tiny_llama  # noqa: E402
-from cory_agents.acting.actor import LMActor  # noqa: E402
+from benchmarks.rollout import decode_paths, decode_rates, decode_ratios, tiny_llama  # noqa: E402
 
 PROMPT = 32
 
@@ -52,41 +51,14 @@ def synchronized(device: str):
     return now
 
 
-def decode_rates(paths: dict, prompt: torch.Tensor, new_tokens: int, rounds: int, now) -> dict[str, float]:
-    """Median decode tokens/s of each path (time for ``new_tokens`` minus time for 1, per step), interleaved rounds;
-    each path called once first (compiles, allocations)."""
-    B = prompt.shape[0]
-    for run in paths.values():
-        run(prompt, new_tokens)
-    rates: dict[str, list[float]] = {name: [] for name in paths}
-    for _ in range(rounds):
-        for name, run in paths.items():
-            start = now()
-            run(prompt, new_tokens)
-            full = now() - start
-            start = now()
-            run(prompt, 1)
-            one = now() - start
-            rates[name].append(B * (new_tokens - 1) / (full - one))
-    return {name: statistics.median(r) for name, r in rates.items()}
-
-
 def tiny(device: str, new_tokens: int, rounds: int, batches: tuple[int, ...]) -> dict:
-    model, now, out = tiny_llama().to(device), synchronized(device), {}
+    model, out = tiny_llama().to(device), {}
     for B in batches:
-        compiled = LMActor(model, **SAMPLING, cache_length=PROMPT + new_tokens)
-        paths = {
-            "eager actor": lambda p, n: actor_decode(LMActor(model, **SAMPLING), p, n),
-            "compiled actor": lambda p, n, actor=compiled: actor_decode(actor, p, n),
-            "generate": lambda p, n: generate_decode(model, p, n, static=False),
-            "generate static+compiled": lambda p, n: generate_decode(model, p, n, static=True),
-        }
         prompt = torch.randint(3, 1024, (B, PROMPT), device=device)
-        rates = decode_rates(paths, prompt, new_tokens, rounds, now)
-        out[f"b{B}"] = rates | {
-            "compiled/eager": rates["compiled actor"] / rates["eager actor"],
-            "compiled/static_generate": rates["compiled actor"] / rates["generate static+compiled"],
-        }
+        rates, _ = decode_rates(
+            decode_paths(model, PROMPT + new_tokens), prompt, new_tokens, rounds, synchronized(device)
+        )
+        out[f"b{B}"] = {name: statistics.median(r) for name, r in rates.items()} | decode_ratios(rates)
         print(f"tiny B={B}", json.dumps(out[f"b{B}"]), flush=True)
     return out
 
@@ -100,14 +72,10 @@ def embedded(device: str, new_tokens: int, rounds: int, batches: tuple[int, ...]
     now, out = synchronized(device), {}
     vocab = model.config.vocab_size
     for B in batches:
-        compiled = LMActor(model, **SAMPLING, bf16=bf16, cache_length=PROMPT + new_tokens)
-        paths = {
-            "eager actor": lambda p, n: actor_decode(LMActor(model, **SAMPLING, bf16=bf16), p, n),
-            "compiled actor": lambda p, n, actor=compiled: actor_decode(actor, p, n),
-        }
+        paths = decode_paths(model, PROMPT + new_tokens, bf16=bf16, generate=False)
         prompt = torch.randint(3, vocab, (B, PROMPT), device=device)
-        rates = decode_rates(paths, prompt, new_tokens, rounds, now)
-        out[f"b{B}"] = rates | {"compiled/eager": rates["compiled actor"] / rates["eager actor"]}
+        rates, _ = decode_rates(paths, prompt, new_tokens, rounds, now)
+        out[f"b{B}"] = {name: statistics.median(r) for name, r in rates.items()} | decode_ratios(rates)
         print(f"embedded B={B}", json.dumps(out[f"b{B}"]), flush=True)
     return out
 

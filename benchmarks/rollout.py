@@ -226,43 +226,74 @@ def dispatched_ops(fn) -> int:
     return Count.n
 
 
+def decode_paths(model, cache_length: int, bf16: bool = False, generate: bool = True) -> dict:
+    """``--tiny``'s decode paths for one batch size: ``run(prompt, n)`` decodes ``n`` tokens after ``prompt``. The
+    eager and the compiled actor (built here, it keeps its static cache of ``cache_length`` and its compiled step
+    across calls); with ``generate``, ``model.generate`` with a dynamic and with a static cache."""
+    compiled = LMActor(model, **SAMPLING, bf16=bf16, cache_length=cache_length)
+    paths = {
+        "eager actor": lambda prompt, n: actor_decode(LMActor(model, **SAMPLING, bf16=bf16), prompt, n),
+        "compiled actor": lambda prompt, n: actor_decode(compiled, prompt, n),
+    }
+    if generate:
+        paths["generate"] = lambda prompt, n: generate_decode(model, prompt, n, static=False)
+        paths["generate static+compiled"] = lambda prompt, n: generate_decode(model, prompt, n, static=True)
+    return paths
+
+
+def decode_rates(paths: dict, prompt: torch.Tensor, new_tokens: int, rounds: int, now=time.perf_counter):
+    """Each path's decode tokens/s in each round, ``B / ((time for new_tokens - time for 1) / (new_tokens - 1))``
+    (the prefill cancels), the paths interleaved so that the machine's drifts touch every path alike; and each
+    path's first call in seconds (compiles, allocations), made before the rounds. ``now``: a clock that waits for
+    the device's queued work (CUDA runs asynchronously)."""
+    B = prompt.shape[0]
+    first: dict[str, float] = {}
+    for name, run in paths.items():
+        start = now()
+        run(prompt, new_tokens)
+        first[name] = now() - start
+    rates: dict[str, list[float]] = {name: [] for name in paths}
+    for _ in range(rounds):
+        for name, run in paths.items():
+            start = now()
+            run(prompt, new_tokens)
+            full = now() - start
+            start = now()
+            run(prompt, 1)
+            rates[name].append(B * (new_tokens - 1) / (full - (now() - start)))
+    return rates, first
+
+
+def decode_ratios(rates: dict[str, list[float]]) -> dict[str, float]:
+    """The compiled actor's rate over the eager actor's and (where measured) over the static generate's, each the
+    median of the rounds' ratios."""
+    against = {"compiled/eager": "eager actor", "compiled/static_generate": "generate static+compiled"}
+    return {
+        ratio: statistics.median(c / o for c, o in zip(rates["compiled actor"], rates[other]))
+        for ratio, other in against.items()
+        if other in rates
+    }
+
+
 def tiny_main(args: argparse.Namespace) -> None:
     """``--tiny``: the four decode paths side by side at each batch size (module docstring)."""
     import torch._inductor.metrics as inductor_metrics
 
     T = args.max_new_tokens
     model = tiny_llama(args.seed)
-    paths = {
-        "eager actor": lambda prompt, n: actor_decode(LMActor(model, **SAMPLING), prompt, n),
-        "compiled actor": None,  # one actor per batch size, built below (its static cache and compiled step)
-        "generate": lambda prompt, n: generate_decode(model, prompt, n, static=False),
-        "generate static+compiled": lambda prompt, n: generate_decode(model, prompt, n, static=True),
-    }
     print(f"tiny Llama (2 layers, 64 wide, vocabulary 1024), prompt {TINY_PROMPT}, {T} new tokens, "
           f"torch threads={torch.get_num_threads()}, {args.rounds} rounds; decode tokens/s (prefill excluded)")  # fmt: skip
     for B in TINY_BATCHES:
         prompt = torch.randint(3, 1024, (B, TINY_PROMPT), generator=torch.Generator().manual_seed(B))
-        compiled = LMActor(model, **SAMPLING, cache_length=TINY_PROMPT + T)
-        paths["compiled actor"] = lambda prompt, n, actor=compiled: actor_decode(actor, prompt, n)
-        compile_s = {}
-        for name, run in paths.items():  # warm up: compile, allocate
-            compile_s[name] = run(prompt, T)
-        rates: dict[str, list[float]] = {name: [] for name in paths}
-        for _ in range(args.rounds):  # interleaved, so that the machine's drifts touch every path alike
-            for name, run in paths.items():
-                step = (run(prompt, T) - run(prompt, 1)) / (T - 1)
-                rates[name].append(B / step)
-        rate = {name: statistics.median(r) for name, r in rates.items()}
+        rates, first = decode_rates(decode_paths(model, TINY_PROMPT + T), prompt, T, args.rounds)
         print(f"\nB={B}")
-        for name in paths:
-            print(f"  {name:26s} {rate[name]:10.0f} tokens/s   {B / rate[name] * 1e3:7.2f} ms/step   "
-                  f"first call {compile_s[name]:6.1f} s")  # fmt: skip
-        ratios = [
-            statistics.median(c / e for c, e in zip(rates["compiled actor"], rates["eager actor"])),
-            statistics.median(c / g for c, g in zip(rates["compiled actor"], rates["generate static+compiled"])),
-        ]
-        print(f"  compiled actor / eager actor: {ratios[0]:.2f}x (target >= 3);  "
-              f"compiled actor / static+compiled generate: {ratios[1]:.2f}x (target >= 1.0)")  # fmt: skip
+        for name, per_round in rates.items():
+            rate = statistics.median(per_round)
+            print(f"  {name:26s} {rate:10.0f} tokens/s   {B / rate * 1e3:7.2f} ms/step   "
+                  f"first call {first[name]:6.1f} s")  # fmt: skip
+        ratios = decode_ratios(rates)
+        print(f"  compiled actor / eager actor: {ratios['compiled/eager']:.2f}x (target >= 3);  "
+              f"compiled actor / static+compiled generate: {ratios['compiled/static_generate']:.2f}x (target >= 1.0)")  # fmt: skip
     # Operators per decode step, at B=8: the eager actor's dispatched ATen ops against the compiled step's kernels.
     prompt = torch.randint(3, 1024, (8, TINY_PROMPT), generator=torch.Generator().manual_seed(0))
     step = {
