@@ -204,7 +204,7 @@ def check_prompts_fit(
 
 def prompt_lengths(tokenizer: Any, texts: Sequence[str], extra: int) -> np.ndarray:
     """Each prompt's length in ``tokenizer``'s tokens, plus ``extra``."""
-    return np.array([len(row) for row in tokenizer(list(texts))["input_ids"]]) + extra
+    return np.array([len(row) for row in encode(tokenizer, list(texts))]) + extra
 
 
 def check_chain_prompts_fit(
