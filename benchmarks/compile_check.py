@@ -36,6 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmar
 
 from benchmarks.iteration import gemm_rate  # noqa: E402
 from benchmarks.rollout import decode_paths, decode_rates, decode_ratios, tiny_llama  # noqa: E402
+from cory_agents.cli.errors import one_line_errors  # noqa: E402
+from cory_agents.evaluation.report import check_output_file, write_json  # noqa: E402
 
 PROMPT = 32
 
@@ -145,12 +147,14 @@ def update_passes(device: str, batch: int, quick: bool) -> dict:
     return out
 
 
-def main(argv: list[str] | None = None) -> dict:
+@one_line_errors
+def main(argv: list[str]) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="compile_check.json", help="where to write the results")
     p.add_argument("--device", default="cuda", help="cuda (cpu to check the script itself)")
     p.add_argument("--quick", action="store_true", help="fewer tokens, rounds and batches: a check of the script")
     args = p.parse_args(argv)
+    check_output_file(args.out, example=p.get_default("out"))  # before the run, which writes it at the end
     new_tokens, rounds, batches, batch = (8, 1, (8,), 4) if args.quick else (32, 3, (8, 64), 64)
     start = time.perf_counter()
     name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
@@ -160,7 +164,7 @@ def main(argv: list[str] | None = None) -> dict:
     results["cory_iteration"] = iteration(args.device, batch, 1 if args.quick else 3)
     results["update_passes"] = update_passes(args.device, batch, quick=args.quick)
     results["seconds"] = time.perf_counter() - start
-    Path(args.out).write_text(json.dumps(results, indent=2))
+    write_json(args.out, results)
     print(f"{results['seconds']:.0f} s in all; {args.out}", flush=True)
     return results
 

@@ -32,6 +32,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cory_agents.acting.actor import LMActor  # noqa: E402
+from cory_agents.cli.errors import one_line_errors  # noqa: E402
+from cory_agents.evaluation.report import check_output_file, write_json  # noqa: E402
 from cory_agents.speed import padding_free  # noqa: E402
 from cory_agents.training.config import TrainConfig  # noqa: E402
 from cory_agents.training.trainer import Trainer  # noqa: E402
@@ -220,7 +222,8 @@ def export_reloads(trainer: Trainer, folder: Path, device: str, load_in_4bit: bo
     return {"export_max_logit_diff": diff}
 
 
-def main() -> None:
+@one_line_errors
+def main(argv: list[str]) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="cuda_check.json", help="where to write the results")
     p.add_argument("--batch-size", type=int, default=64, help="conversations per training iteration")
@@ -229,7 +232,8 @@ def main() -> None:
     p.add_argument(
         "--compile-check", action="store_true", help="only eager against --compile (benchmarks/compile_check.py)"
     )
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    check_output_file(args.out, example=p.get_default("out"))  # before the run, which writes it at the end
     if args.compile_check:
         from benchmarks.compile_check import main as compile_check
 
@@ -249,7 +253,7 @@ def main() -> None:
                 key = f"{algo}+lora+4bit_bf16_b{args.batch_size}"
                 results[key] = train_iterations(name, algo, True, True, args.batch_size, dev, load_in_4bit=True)
                 print(key, json.dumps(results[key]), flush=True)
-            Path(args.out).write_text(json.dumps(results, indent=2))
+            write_json(args.out, results)
             return
         tokenizer = load_tokenizer(name)
         model = load_causal_lm(name, device=dev).eval()
@@ -270,7 +274,7 @@ def main() -> None:
             key = f"cory-grpo{'+lora' if lora else ''}_bf16_b{args.batch_size}"
             results[key] = train_iterations(name, "cory", lora, True, args.batch_size, dev, learner="grpo")
             print(key, json.dumps(results[key]), flush=True)
-    Path(args.out).write_text(json.dumps(results, indent=2))
+    write_json(args.out, results)
 
 
 if __name__ == "__main__":

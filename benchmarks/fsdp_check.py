@@ -35,7 +35,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cory_agents.cli.errors import one_line_errors  # noqa: E402
 from cory_agents.distributed.data_parallel import fingerprint  # noqa: E402
+from cory_agents.evaluation.report import check_output_file, write_json  # noqa: E402
 from cory_agents.training.checkpoint import latest_checkpoint, load_checkpoint  # noqa: E402
 from tests.support.toy import save_tiny_llama, toy_tokenizer  # noqa: E402
 
@@ -138,10 +140,12 @@ def compare(model: Path, tmp: Path, processes: int, name: str, extra: str) -> di
     return report
 
 
-def main() -> None:
+@one_line_errors
+def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="fsdp_check.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    check_output_file(args.out, example=parser.get_default("out"))  # before the run, which writes it at the end
     if not torch.cuda.is_available():
         sys.exit(
             "no CUDA device: this check is for a GPU machine "
@@ -173,7 +177,7 @@ def main() -> None:
         report["bf16_no_reshard"] = bf16
         print("bf16_no_reshard", json.dumps(bf16, indent=2), flush=True)
     report["ok"] = report["cory"].get("ok") and report["ppo"].get("ok") and bf16.get("metrics_finite", False)
-    Path(args.out).write_text(json.dumps(report, indent=2))
+    write_json(args.out, report)
     print(f"ok={report['ok']}; wrote {args.out}")
 
 

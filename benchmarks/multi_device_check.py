@@ -32,7 +32,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cory_agents.cli.errors import one_line_errors  # noqa: E402
 from cory_agents.distributed.data_parallel import fingerprint  # noqa: E402
+from cory_agents.evaluation.report import check_output_file, write_json  # noqa: E402
 from cory_agents.training.checkpoint import latest_checkpoint, load_checkpoint  # noqa: E402
 from cory_agents.training.config import TrainConfig  # noqa: E402
 from cory_agents.training.trainer import Trainer  # noqa: E402
@@ -152,10 +154,12 @@ def data_parallel_launch(model: Path, out: Path, processes: int) -> dict:
     return report
 
 
-def main() -> None:
+@one_line_errors
+def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="multi_device_check.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    check_output_file(args.out, example=parser.get_default("out"))  # before the run, which writes it at the end
     if not torch.cuda.is_available():
         sys.exit(
             "no CUDA device: this check is for a GPU machine "
@@ -173,7 +177,7 @@ def main() -> None:
         else:
             report["data_parallel"] = "skipped: needs 2 GPUs (NCCL cannot run two processes on one GPU)"
         print(json.dumps(report["data_parallel"], indent=2), flush=True)
-    Path(args.out).write_text(json.dumps(report, indent=2))
+    write_json(args.out, report)
     print(f"wrote {args.out}")
 
 

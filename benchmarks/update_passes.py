@@ -28,7 +28,6 @@ widths after the first (any would mean a width compiles again, and its time is t
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -41,6 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmar
 
 from benchmarks.compile_check import synchronized  # noqa: E402
 from benchmarks.rollout import tiny_llama  # noqa: E402
+from cory_agents.cli.errors import one_line_errors  # noqa: E402
+from cory_agents.evaluation.report import check_output_file, write_json  # noqa: E402
 from cory_agents.learners.lm import default_mini_batch_size, response_inputs  # noqa: E402
 from cory_agents.learners.value_model import CausalLMWithValueHead  # noqa: E402
 from cory_agents.speed import padding_free  # noqa: E402
@@ -146,7 +147,8 @@ def measure(name: str, args: argparse.Namespace, path: str | None = None) -> dic
     }
 
 
-def main(argv: list[str] | None = None) -> None:
+@one_line_errors
+def main(argv: list[str]) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", nargs="+", choices=["tiny", "embedded"], default=["tiny", "embedded"])
     p.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -158,6 +160,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=5, help="measured rounds over the four widths")
     p.add_argument("--out", help="also write the results here (JSON)")
     args = p.parse_args(argv)
+    if args.out:
+        check_output_file(args.out, example="update_passes.json")  # before the run, which writes it at the end
     results = {}
     for name in args.models:
         r = results[name] = measure(name, args)
@@ -181,7 +185,7 @@ def main(argv: list[str] | None = None) -> None:
             flush=True,
         )
     if args.out:
-        Path(args.out).write_text(json.dumps({"settings": vars(args), "results": results}, indent=2))
+        write_json(args.out, {"settings": vars(args), "results": results})
 
 
 if __name__ == "__main__":

@@ -35,12 +35,13 @@ class ReportWriteError(CoryError, OSError):
     """A result file could not be written (no space, no permission): the message names it and the cause."""
 
 
-def check_output_file(path: str | Path, flag: str = "--out") -> None:
+def check_output_file(path: str | Path, flag: str = "--out", example: str = "evaluation.json") -> None:
     """Before any work: refuse a ``path`` that no file can be written to, a folder or a path below a file, with a
-    UsageError naming ``flag``. Missing folders above it are fine (:func:`write_json` makes them)."""
+    UsageError naming ``flag`` (for a folder, the fix names ``example`` in it). Missing folders above it are fine
+    (:func:`write_json` makes them)."""
     path = Path(path)
     if path.is_dir():
-        raise UsageError(f"{flag} {path} is a folder: give the file to write, e.g. {flag} {path / 'evaluation.json'}")
+        raise UsageError(f"{flag} {path} is a folder: give the file to write, e.g. {flag} {path / example}")
     for parent in path.parents:
         if parent.exists():
             if not parent.is_dir():
