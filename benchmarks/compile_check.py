@@ -35,22 +35,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/compile_check.py` from anywhere
 
 from benchmarks.iteration import gemm_rate  # noqa: E402
-from benchmarks.rollout import decode_paths, decode_rates, decode_ratios, tiny_llama  # noqa: E402
+from benchmarks.rollout import decode_paths, decode_rates, decode_ratios, synchronized, tiny_llama  # noqa: E402
 from cory_agents.cli.errors import one_line_errors  # noqa: E402
 from cory_agents.evaluation.report import check_output_file, write_json  # noqa: E402
 
 PROMPT = 32
-
-
-def synchronized(device: str):
-    """A timer that waits for the device's queued work first (CUDA runs asynchronously)."""
-
-    def now() -> float:
-        if device == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter()
-
-    return now
 
 
 def tiny(device: str, new_tokens: int, rounds: int, batches: tuple[int, ...]) -> dict:

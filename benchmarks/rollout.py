@@ -226,6 +226,17 @@ def dispatched_ops(fn) -> int:
     return Count.n
 
 
+def synchronized(device: str):
+    """A timer that waits for the device's queued work first (CUDA runs asynchronously)."""
+
+    def now() -> float:
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    return now
+
+
 def decode_paths(model, cache_length: int, bf16: bool = False, generate: bool = True) -> dict:
     """``--tiny``'s decode paths for one batch size: ``run(prompt, n)`` decodes ``n`` tokens after ``prompt``. The
     eager and the compiled actor (built here, it keeps its static cache of ``cache_length`` and its compiled step

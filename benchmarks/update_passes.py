@@ -38,8 +38,7 @@ from trl.trainer.utils import selective_log_softmax
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/update_passes.py` from anywhere
 
-from benchmarks.compile_check import synchronized  # noqa: E402
-from benchmarks.rollout import tiny_llama  # noqa: E402
+from benchmarks.rollout import synchronized, tiny_llama  # noqa: E402
 from cory_agents.cli.errors import one_line_errors  # noqa: E402
 from cory_agents.evaluation.report import check_output_file, write_json  # noqa: E402
 from cory_agents.learners.lm import default_mini_batch_size, response_inputs  # noqa: E402
