@@ -37,11 +37,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from trl.trainer.utils import disable_dropout_in_model
 
 from cory_agents.algorithms.advantages import explained_variance, gae_over_turns
 from cory_agents.algorithms.losses import value_loss
 from cory_agents.learners.base import Episode, load_weights
+from cory_agents.learners.dropout import disable_dropout
 from cory_agents.learners.lm import response_inputs
 from cory_agents.learners.ppo import PPOConfig, PPOLearner
 from cory_agents.learners.team import TeamEpisode, TeamRun
@@ -187,5 +187,5 @@ class MAPPO:
 
 def build_critic(model: Any) -> CausalLMWithValueHead:
     """The critic: a trainable copy of ``model`` (the run's causal LM, freshly loaded) with a zero value head."""
-    disable_dropout_in_model(model)
+    disable_dropout(model)
     return CausalLMWithValueHead(model.requires_grad_(True)).eval()

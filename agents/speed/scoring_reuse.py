@@ -23,6 +23,7 @@ from collections.abc import Iterator
 
 import torch
 
+from cory_agents.learners.dropout import has_dropout
 from cory_agents.learners.ppo import PPOLearner, UpdatePasses
 
 
@@ -61,16 +62,6 @@ class ScoringReusePasses(UpdatePasses):
             del first  # freed once the first minibatch is done with it
             epochs -= 1
         yield from super().minibatches(learner, ids, attn, T, epochs)
-
-
-def has_dropout(model: torch.nn.Module) -> bool:
-    """Whether a training-mode forward pass of ``model`` drops anything: an ``nn.Dropout`` with
-    ``p > 0``, or attention dropout (Llama-style ``attention_dropout``)."""
-    for m in model.modules():
-        rate = m.p if isinstance(m, torch.nn.Dropout) else getattr(m, "attention_dropout", 0.0)
-        if isinstance(rate, (int, float)) and rate > 0:
-            return True
-    return False
 
 
 def reuse_scoring_pass(learner: PPOLearner) -> PPOLearner:

@@ -30,11 +30,11 @@ from typing import Any
 import numpy as np
 import torch
 from pettingzoo import AECEnv
-from trl.trainer.utils import disable_dropout_in_model
 
 from cory_agents.distributed.data_parallel import DataParallel
 from cory_agents.distributed.fsdp import full_state, is_sharded
 from cory_agents.learners.base import Learner
+from cory_agents.learners.dropout import disable_dropout
 from cory_agents.learners.lm import LMLearner
 from cory_agents.learners.team import IndependentLearners, TeamLearner, TeamRun
 from cory_agents.speed import padding_free
@@ -309,7 +309,7 @@ def _build_models_of(
         )
     base = load_causal_lm(model, device=None if config.load_in_4bit else device, **kwargs)
     check_position_window(config.context_length, base, names)
-    disable_dropout_in_model(base)
+    disable_dropout(base)  # layers, functional rates and config fields (OPT, Falcon)
     base.requires_grad_(False)
     if config.cpu_linear and device.type == "cpu":  # before the copies, which keep the class
         use_cpu_linear(base)
