@@ -22,11 +22,19 @@ Attention alone must keep the contexts apart. :func:`attention`, registered with
 as :data:`ATTENTION`, gathers the queries, keys and values into a right-padded ``(B, L)``
 layout, with the shared tokens copied into every context that has them. There plain causal
 attention is exact (a real token sees the real tokens of its own context before it). It runs
-sdpa there and gathers the result back. Outputs and gradients equal the padded pass's to float rounding.
+sdpa there and gathers the result back; a layer's sliding window (Mistral, Phi-3, Gemma 3's
+local layers) becomes a banded causal mask in that layout, as Hugging Face's own masks band a
+padded pass. Outputs and gradients equal the padded pass's to float rounding.
 Called without a packed batch it is sdpa itself, so the same model still decodes with its KV
-cache. A model whose attention does not pass the packed batch on would be wrong (Hugging Face
-would mask each context apart by its restarting positions, without the shared tokens), so
-unpacking its outputs raises an error that names the fix.
+cache.
+
+Not every sdpa model can be packed. :func:`unsupported` reads what the packed attention cannot
+compute from the config (soft-capped logits, chunked or bidirectional attention, layer types
+other than full and sliding attention), and :func:`probe` runs the model once packed and once
+padded on a small batch when it is switched: a model whose layers do not pass the packed batch on
+to attention (Falcon's decoder layer drops extra arguments), or whose packed logits are not the
+padded ones, keeps the padded passes, with one logged line. ``docs/supported-models.md`` lists
+what each family gets.
 
 A run makes its models padding-free when it builds them (``cory_agents.training.build``, unless
 ``--no-padding-free``), as nanoGPT's speed mechanisms wrap the model and the loop never knows:
@@ -40,7 +48,9 @@ run, at least one before the response), and returns what the padded call would: 
 values ``(B, K, ...)``, and a KV cache laid out as a padded prefill leaves it
 (:meth:`PackedBatch.left_pad`), so the token steps run as before. The actor and the learners
 call a model one plain way, and never import this module. Other attention implementations
-(eager, flash attention) keep the padded passes.
+(eager, flash attention) keep the padded passes. A prefill into a KV cache whose layers are not
+plain dynamic ones (sliding-window or static layers, which keep a layout of their own) is not
+packed either.
 
 Example:
     >>> import torch
@@ -55,16 +65,20 @@ Example:
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 from transformers import AttentionInterface, AttentionMaskInterface
+from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
 from cory_env.models import hugging_face_model
+
+logger = logging.getLogger(__name__)
 
 #: The attention implementation's name (it contains "sdpa", so Hugging Face checks it as sdpa).
 ATTENTION = "padding_free_sdpa"
@@ -104,7 +118,8 @@ class PackedBatch:
     batch_size: int
     width: int
     shared: torch.Tensor
-    attended: list[bool] = field(default_factory=list, compare=False, repr=False)
+    attended: list[int | None] = field(default_factory=list, compare=False, repr=False)  # each layer's window
+    masks: dict[int, torch.Tensor] = field(default_factory=dict, compare=False, repr=False)  # by window
 
     @classmethod
     def pack(cls, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: torch.Tensor) -> PackedBatch | None:
@@ -147,6 +162,18 @@ class PackedBatch:
             width=width,
             shared=shared,
         )
+
+    def window_mask(self, window: int | None, device: torch.device) -> torch.Tensor | None:
+        """``(1, 1, L, L)`` the causal mask of a sliding ``window`` in the right-padded layout (a
+        query sees the keys less than ``window`` positions before it), or ``None`` where plain
+        causal attention is the same (no window, or one as wide as the layout)."""
+        if window is None or window >= self.width:
+            return None
+        if window not in self.masks:
+            at = torch.arange(self.width, device=device)
+            distance = at[:, None] - at[None]  # query position - key position
+            self.masks[window] = ((distance >= 0) & (distance < window))[None, None]
+        return self.masks[window]
 
     def unpack(self, x: torch.Tensor) -> torch.Tensor:
         """``(1, B * K, ...)`` outputs at :attr:`logits_to_keep` as ``(B, K, ...)``."""
@@ -225,12 +252,23 @@ def attention(
     packed: PackedBatch | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """Hugging Face's sdpa attention, run per context when the model was called with ``packed``."""
+    """Hugging Face's sdpa attention, run per context when the model was called with ``packed``.
+
+    A layer's sliding window (the ``sliding_window`` its attention passes: Mistral and Phi-3 on
+    every layer, Gemma 3 and Qwen2 on those its ``layer_types`` say) is kept as Hugging Face's
+    masks keep it: a token sees the ``sliding_window - 1`` tokens before it and itself."""
+    if _probe_calls is not None:
+        _probe_calls.append(packed is not None)
     if packed is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-    packed.attended.append(True)
-    out, _ = sdpa_attention_forward(module, packed.pad(query), packed.pad(key), packed.pad(value), None, **kwargs)
+    packed.attended.append(kwargs.get("sliding_window"))
+    mask = packed.window_mask(kwargs.get("sliding_window"), query.device)
+    out, _ = sdpa_attention_forward(module, packed.pad(query), packed.pad(key), packed.pad(value), mask, **kwargs)
     return packed.unpad(out), None
+
+
+#: While :func:`probe` runs: whether each call of :func:`attention` had the packed batch.
+_probe_calls: list[bool] | None = None
 
 
 AttentionInterface.register(ATTENTION, attention)
@@ -284,6 +322,8 @@ def _pack(
         return None
     if cache is not None and cache.get_seq_length() > 0:  # a token step: the cache holds the context
         return None
+    if cache is not None and any(type(layer) is not DynamicLayer for layer in cache.layers):
+        return None  # a sliding-window or static layer keeps its own layout: the padded prefill fills it
     return PackedBatch.pack(input_ids, attention_mask, logits_to_keep)
 
 
@@ -306,20 +346,131 @@ def enable(model: nn.Module) -> bool:
     """Make ``model``'s passes padding-free, where its attention allows: switch the Hugging Face
     model inside it from sdpa to :data:`ATTENTION` (the same kernel) and mix
     :class:`PaddingFreeForward` into its class, and into ``model``'s own if ``model`` wraps it (a
-    value head: it then packs once, outside). Return whether it is on; other attention
-    implementations are left as they are (``False``). Apply it to a base model before copying it
-    (copies keep the class and the attention implementation)."""
+    value head: it then packs once, outside). Return whether it is on.
+
+    Other attention implementations are left as they are (``False``). So is a model that
+    :func:`unsupported` rules out, or whose :func:`probe` pass (one packed and one padded pass of a
+    small batch, the first time) finds its attention not given the packed batch or its outputs
+    not the padded pass's: it keeps the padded passes, with one logged line saying why. Apply it
+    to a base model before copying it (copies keep the class and the attention implementation)."""
     hf = hugging_face_model(model)
     if hf is None:
         return False
     if hf.config._attn_implementation == "sdpa":
-        hf.set_attn_implementation(ATTENTION)
+        reason = unsupported(hf)
+        if reason is None:
+            hf.set_attn_implementation(ATTENTION)
+            _mix_in(hf)
+            reason = probe(hf)
+            if reason is not None:
+                hf.__class__ = type(hf).__bases__[-1]  # the model's own class, without PaddingFreeForward
+                hf.set_attn_implementation("sdpa")
+        if reason is not None:
+            _log_fallback(hf, reason)
+            return False
     if hf.config._attn_implementation != ATTENTION:
         return False
     _mix_in(hf)
     if model is not hf:
         _mix_in(model)
     return True
+
+
+#: The attention modifiers sdpa has no argument for: a model with one keeps the padded passes (and its
+#: own attention implementation, which sdpa is not for these).
+_MODIFIERS = {
+    "attn_logit_softcapping": "soft-capped attention logits",
+    "attention_chunk_size": "chunked attention",
+    "use_bidirectional_attention": "bidirectional attention",
+}
+
+#: The layer types whose attention :func:`attention` computes exactly (causal, with or without a window).
+LAYER_TYPES = frozenset({"full_attention", "sliding_attention"})
+
+
+def unsupported(model: nn.Module) -> str | None:
+    """Why the packed attention would not compute ``model``'s attention exactly, read from its config
+    (no pass needed: this works on the meta device), or ``None``."""
+    config = hugging_face_model(model).config.get_text_config()
+    for name, what in _MODIFIERS.items():
+        if getattr(config, name, None) not in (None, False):
+            return f"its {what} ({name}={getattr(config, name)!r})"
+    others = sorted(set(getattr(config, "layer_types", None) or ()) - LAYER_TYPES)
+    if others:
+        return f"its {', '.join(others)} layers (layer_types)"
+    return None
+
+
+def sliding_windows(model: nn.Module) -> list[int | None]:
+    """Each decoder layer's sliding window as ``model``'s config gives it (``None``: full attention):
+    ``sliding_window`` on the layers ``layer_types`` call ``sliding_attention``, or on every layer of
+    a model without layer types (Mistral, Phi-3). Read from the config: it works on the meta device."""
+    config = hugging_face_model(model).config.get_text_config()
+    window = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None)
+    if types is None:
+        return [window] * config.num_hidden_layers
+    return [window if kind == "sliding_attention" else None for kind in types]
+
+
+def probe(model: nn.Module, batch_size: int = 3, keep: int = 4) -> str | None:
+    """Run a switched model once packed and once padded on a small batch of random tokens (left padding,
+    a head two contexts share, longer than a small sliding window); return why its passes must stay
+    padded, or ``None`` if every attention call of the packed pass had the packed batch and its
+    logits are the padded pass's. The model's random draws are not touched (its own generator)."""
+    global _probe_calls
+    hf = hugging_face_model(model)
+    config = hf.config.get_text_config()
+    windows = [w for w in sliding_windows(hf) if w is not None]
+    width = max(12, min(min(windows, default=0) + 4, 64))  # past a window, where that is cheap
+    generator = torch.Generator().manual_seed(0)
+    device = next(hf.parameters()).device
+    ids = torch.randint(0, min(config.vocab_size, 1000), (batch_size, width), generator=generator).to(device)
+    ids[1, :3] = ids[0, 2:5]  # context 1 starts as context 0 does: a shared head
+    mask = torch.ones_like(ids)
+    mask[0, :2] = 0
+    columns = torch.arange(width - keep, width, device=device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    calls: dict[str, list[bool]] = {}
+    logits: dict[str, torch.Tensor] = {}
+    failure = None
+    try:
+        with torch.no_grad():
+            for kind, kept in (("padded", keep), ("packed", columns)):
+                _probe_calls = calls[kind] = []
+                out = hf(
+                    input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=kept, use_cache=False
+                )
+                logits[kind] = out.logits.float()
+    except Exception as error:  # noqa: BLE001 - any failure of the packed pass means: keep the padded one
+        failure = f"its packed pass failed ({type(error).__name__}: {error})"
+    finally:
+        _probe_calls = None
+    if (
+        calls.get("padded")
+        and "packed" in calls
+        and not (all(calls["packed"]) and calls["packed"] == [True] * len(calls["padded"]))
+    ):
+        return "its attention does not receive the packed batch (its layers do not pass extra arguments on)"
+    if failure is not None:
+        return failure
+    padded, packed = logits["padded"], logits["packed"]
+    tolerance = 1e-4 if hf.dtype == torch.float32 else 2e-2
+    error = float((packed - padded).abs().max()) / max(1.0, float(padded.abs().max()))
+    if not error <= tolerance:
+        return f"its packed logits differ from the padded pass's by {error:.2g} (relative; tolerance {tolerance:g})"
+    return None
+
+
+_LOGGED: set[tuple[str, str]] = set()
+
+
+def _log_fallback(hf: nn.Module, reason: str) -> None:
+    """One line per model and reason (a run may build the same model more than once)."""
+    name = getattr(hf.config, "name_or_path", "") or type(hf).__name__
+    if (name, reason) not in _LOGGED:
+        _LOGGED.add((name, reason))
+        logger.warning("padding-free passes are off for %s: %s; it runs padded passes", name, reason)
 
 
 def is_enabled(model: nn.Module) -> bool:
