@@ -5,6 +5,7 @@
 - :mod:`~cory_agents.learners.lm`: what language-model learners share (optimizer, reference, KL,
   acting through :mod:`cory_agents.acting`);
 - :mod:`~cory_agents.learners.ppo`: PPO with a value head (:mod:`~cory_agents.learners.value_model`);
+- :mod:`~cory_agents.learners.dropout`: dropout off everywhere a model keeps it (layers, rates, configs);
 - :mod:`~cory_agents.learners.grpo`: the critic-free GRPO and RLOO;
 - :mod:`~cory_agents.learners.team`: the team-level interface (one learner for all the agents, from
   the whole team's episodes), and :class:`~cory_agents.learners.team.IndependentLearners`;

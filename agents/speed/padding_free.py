@@ -28,9 +28,9 @@ padded pass. Outputs and gradients equal the padded pass's to float rounding.
 Called without a packed batch it is sdpa itself, so the same model still decodes with its KV
 cache.
 
-Not every sdpa model can be packed. :func:`unsupported` reads what the packed attention cannot
-compute from the config (soft-capped logits, chunked or bidirectional attention, layer types
-other than full and sliding attention), and :func:`probe` runs the model once packed and once
+Not every sdpa model can be packed. :func:`~cory_agents.speed.attention_kinds.unsupported`
+reads what the packed attention cannot compute from the config (soft-capped logits, chunked or
+bidirectional attention, layer types other than full and sliding attention), and :func:`probe` runs the model once packed and once
 padded on a small batch when it is switched: a model whose layers do not pass the packed batch on
 to attention (Falcon's decoder layer drops extra arguments), or whose packed logits are not the
 padded ones, keeps the padded passes, with one logged line. ``docs/supported-models.md`` lists
@@ -76,6 +76,7 @@ from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
+from cory_agents.speed.attention_kinds import sliding_windows, unsupported
 from cory_env.models import hugging_face_model
 
 logger = logging.getLogger(__name__)
@@ -349,14 +350,14 @@ def enable(model: nn.Module) -> bool:
     value head: it then packs once, outside). Return whether it is on.
 
     Other attention implementations are left as they are (``False``). So is a model that
-    :func:`unsupported` rules out, or whose :func:`probe` pass (one packed and one padded pass of a
+    :func:`~cory_agents.speed.attention_kinds.unsupported` rules out, or whose :func:`probe` pass (one packed and one padded pass of a
     small batch, the first time) finds its attention not given the packed batch or its outputs
     not the padded pass's: it keeps the padded passes, with one logged line saying why. Apply it
     to a base model before copying it (copies keep the class and the attention implementation)."""
     hf = hugging_face_model(model)
     if hf is None:
         return False
-    if hf.config._attn_implementation == "sdpa":
+    if hf.config._attn_implementation == "sdpa" and not hasattr(hf, "padding_free_off"):
         reason = unsupported(hf)
         if reason is None:
             hf.set_attn_implementation(ATTENTION)
@@ -366,6 +367,7 @@ def enable(model: nn.Module) -> bool:
                 hf.__class__ = type(hf).__bases__[-1]  # the model's own class, without PaddingFreeForward
                 hf.set_attn_implementation("sdpa")
         if reason is not None:
+            hf.padding_free_off = reason  # copies keep it: no second probe
             _log_fallback(hf, reason)
             return False
     if hf.config._attn_implementation != ATTENTION:
@@ -374,43 +376,6 @@ def enable(model: nn.Module) -> bool:
     if model is not hf:
         _mix_in(model)
     return True
-
-
-#: The attention modifiers sdpa has no argument for: a model with one keeps the padded passes (and its
-#: own attention implementation, which sdpa is not for these).
-_MODIFIERS = {
-    "attn_logit_softcapping": "soft-capped attention logits",
-    "attention_chunk_size": "chunked attention",
-    "use_bidirectional_attention": "bidirectional attention",
-}
-
-#: The layer types whose attention :func:`attention` computes exactly (causal, with or without a window).
-LAYER_TYPES = frozenset({"full_attention", "sliding_attention"})
-
-
-def unsupported(model: nn.Module) -> str | None:
-    """Why the packed attention would not compute ``model``'s attention exactly, read from its config
-    (no pass needed: this works on the meta device), or ``None``."""
-    config = hugging_face_model(model).config.get_text_config()
-    for name, what in _MODIFIERS.items():
-        if getattr(config, name, None) not in (None, False):
-            return f"its {what} ({name}={getattr(config, name)!r})"
-    others = sorted(set(getattr(config, "layer_types", None) or ()) - LAYER_TYPES)
-    if others:
-        return f"its {', '.join(others)} layers (layer_types)"
-    return None
-
-
-def sliding_windows(model: nn.Module) -> list[int | None]:
-    """Each decoder layer's sliding window as ``model``'s config gives it (``None``: full attention):
-    ``sliding_window`` on the layers ``layer_types`` call ``sliding_attention``, or on every layer of
-    a model without layer types (Mistral, Phi-3). Read from the config: it works on the meta device."""
-    config = hugging_face_model(model).config.get_text_config()
-    window = getattr(config, "sliding_window", None)
-    types = getattr(config, "layer_types", None)
-    if types is None:
-        return [window] * config.num_hidden_layers
-    return [window if kind == "sliding_attention" else None for kind in types]
 
 
 def probe(model: nn.Module, batch_size: int = 3, keep: int = 4) -> str | None:
@@ -466,11 +431,25 @@ _LOGGED: set[tuple[str, str]] = set()
 
 
 def _log_fallback(hf: nn.Module, reason: str) -> None:
-    """One line per model and reason (a run may build the same model more than once)."""
-    name = getattr(hf.config, "name_or_path", "") or type(hf).__name__
-    if (name, reason) not in _LOGGED:
-        _LOGGED.add((name, reason))
-        logger.warning("padding-free passes are off for %s: %s; it runs padded passes", name, reason)
+    """One line per model and reason: copies of a model and wrappers around it are not probed again, and
+    a model loaded again by name (a MAPPO critic) is not logged again."""
+    name = getattr(hf.config, "name_or_path", "")
+    if name and (name, reason) in _LOGGED:
+        return
+    _LOGGED.add((name, reason))
+    logger.warning("padding-free passes are off for %s: %s; it runs padded passes", name or type(hf).__name__, reason)
+
+
+def fallback_reason(model: nn.Module) -> str | None:
+    """Why :func:`enable` left ``model``'s passes padded (``None`` if they are padding-free or it was
+    not called): the reason it logged, or the attention implementation that is not sdpa."""
+    hf = hugging_face_model(model)
+    if hf is None or is_enabled(model):
+        return None
+    if hasattr(hf, "padding_free_off"):
+        return hf.padding_free_off
+    implementation = hf.config._attn_implementation
+    return None if implementation == "sdpa" else f"its attention implementation is {implementation!r}, not sdpa"
 
 
 def is_enabled(model: nn.Module) -> bool:

@@ -6,14 +6,15 @@ import copy
 
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import DynamicCache, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from cory_agents.learners.lm import predicting_columns, response_inputs, response_logits
 from cory_agents.learners.value_model import CausalLMWithValueHead
-from cory_agents.speed import padding_free
+from cory_agents.speed import attention_kinds, padding_free
 from cory_agents.speed.padding_free import PackedBatch
 from cory_agents.training.trainer import Trainer
 from cory_env.models import hugging_face_model
+from tests.support.model_zoo import FAMILIES, WINDOW, tiny_model
 from tests.support.runs import toy_config
 from tests.support.toy import fraction_good
 
@@ -29,6 +30,8 @@ def packing(model: torch.nn.Module) -> list[bool]:
 
 
 def tiny(arch: str) -> torch.nn.Module:
+    if arch in FAMILIES:  # tests/support/model_zoo.py: sliding windows of 8 tokens
+        return tiny_model(arch, vocab_size=40)
     torch.manual_seed(0)
     if arch == "llama":
         config = LlamaConfig(
@@ -176,7 +179,7 @@ def test_masks_that_do_not_pack_fall_back_to_the_padded_pass():
 
 
 @pytest.mark.parametrize("shared_head", [False, True, "groups", "shuffled groups"])
-@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+@pytest.mark.parametrize("arch", ["llama", "gpt2", "mistral", "gemma3"])
 def test_padding_free_outputs_and_gradients_equal_the_padded_ones(arch, shared_head):
     ids, mask = batch(shared_head)
     valid = mask[:, -T:].bool()
@@ -303,3 +306,59 @@ def test_training_with_and_without_padding_free_passes_gives_the_same_run(toy_mo
     for packed, padded in zip(*runs):
         for key in ("llm_0/policy_loss", "llm_1/policy_loss", "llm_0/kl", "llm_1/kl", "llm_0/task_reward_mean"):
             assert packed[key] == pytest.approx(padded[key], rel=1e-3, abs=1e-6), key
+
+
+def test_a_prefill_into_a_sliding_window_cache_is_left_padded():
+    """A cache layer that keeps only a window (or a static layout) is filled by the padded prefill; a plain
+    dynamic cache by the packed one, then laid out as the padded prefill leaves it."""
+    ids, mask = batch()
+    model = tiny("mistral")
+    assert padding_free.enable(model)
+    calls = packing(model)
+    keep = torch.tensor([9])
+    for cache in (DynamicCache(), DynamicCache(config=model.config)):
+        model(input_ids=ids, attention_mask=mask, logits_to_keep=keep, cache=cache, use_cache=True)
+    assert calls == [True, False]
+    assert type(DynamicCache(config=model.config).layers[0]).__name__ == "DynamicSlidingWindowLayer"
+
+
+def test_a_model_whose_layers_drop_the_packed_batch_keeps_padded_passes(caplog):
+    """Falcon's decoder layer does not pass extra arguments on to attention: the probe pass finds it when the
+    model is switched, the model stays as it was, and one line says so, however often it is switched."""
+    model = tiny("falcon")
+    own_class = type(model)
+    with caplog.at_level("WARNING", logger="cory_agents.speed.padding_free"):
+        assert not padding_free.enable(model)
+        assert not padding_free.enable(CausalLMWithValueHead(model))  # a value head around it: no second probe
+        assert not padding_free.enable(copy.deepcopy(model))
+    assert type(model) is own_class and model.config._attn_implementation == "sdpa"
+    assert "does not receive the packed batch" in padding_free.fallback_reason(model)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "padding-free passes are off" in lines[0] and "padded passes" in lines[0]
+    ids, mask = batch()
+    response_logits(model, ids, mask, T)  # the padded pass runs: no crash mid-rollout
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        ("attention_chunk_size", 16, "chunked attention"),
+        ("use_bidirectional_attention", True, "bidirectional attention"),
+        ("layer_types", ["full_attention", "linear_attention"], "linear_attention layers"),
+    ],
+)
+def test_an_attention_the_packed_one_cannot_compute_keeps_padded_passes(field, value, reason):
+    model = tiny("llama")
+    setattr(model.config, field, value)
+    assert not padding_free.enable(model) and reason in padding_free.fallback_reason(model)
+    assert model.config._attn_implementation == "sdpa"
+
+
+def test_the_probe_catches_packed_logits_that_are_not_the_padded_ones(monkeypatch):
+    """Without its window the packed attention is wrong past 8 tokens (issue 44's bug): the probe's contexts
+    run past the window, so the model would have kept padded passes."""
+    model = tiny("mistral")
+    monkeypatch.setattr(PackedBatch, "window_mask", lambda self, window, device: None)
+    assert not padding_free.enable(model)
+    assert "packed logits differ from the padded pass's" in padding_free.fallback_reason(model)
+    assert attention_kinds.sliding_windows(model) == [WINDOW, WINDOW]

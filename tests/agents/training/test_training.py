@@ -477,8 +477,8 @@ def test_one_minibatch_reuses_the_first_forward_as_the_scoring_pass(toy_model, g
 
 def test_a_model_with_dropout_keeps_the_separate_scoring_pass(toy_model):
     """A training-mode pass with dropout is not the eval-mode scoring pass: no reuse then."""
-    from cory_agents.learners.ppo import PPOConfig
     from cory_agents.learners.dropout import has_dropout
+    from cory_agents.learners.ppo import PPOConfig
 
     learner, episode = toy_ppo_learner(toy_model, PPOConfig(mini_batch_size=4, ppo_epochs=2))
     assert not has_dropout(learner.model)
