@@ -80,8 +80,10 @@ test-all: setup
 
 # The slow tests .ci/run runs after `make test` (the rest of `make test-all` is for a release): cory-env
 # beside the OpenAI Agents SDK in a fresh virtual environment, and the reproduction and frontier studies
-# on the toy model (moved out of `make test` for its 10 minutes).
-CI_SLOW := tests/test_packaging.py tests/benchmarks/test_reproduce.py tests/benchmarks/test_frontier.py
+# on the toy model (moved out of `make test` for its 10 minutes), and the compiled decode of every model
+# family (tests/agents/training/test_supported_models.py, about 90 s).
+CI_SLOW := tests/test_packaging.py tests/benchmarks/test_reproduce.py tests/benchmarks/test_frontier.py \
+	tests/agents/training/test_supported_models.py
 test-ci-slow: setup
 	$(PY) -m pytest -q -m slow $(XDIST) $(CI_SLOW)
 

@@ -251,6 +251,7 @@ def attention(
     value: torch.Tensor,
     attention_mask: torch.Tensor | None,
     packed: PackedBatch | None = None,
+    probe_calls: list[bool] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """Hugging Face's sdpa attention, run per context when the model was called with ``packed``.
@@ -258,18 +259,14 @@ def attention(
     A layer's sliding window (the ``sliding_window`` its attention passes: Mistral and Phi-3 on
     every layer, Gemma 3 and Qwen2 on those its ``layer_types`` say) is kept as Hugging Face's
     masks keep it: a token sees the ``sliding_window - 1`` tokens before it and itself."""
-    if _probe_calls is not None:
-        _probe_calls.append(packed is not None)
+    if probe_calls is not None:  # a :func:`probe` pass: whether each call had the packed batch
+        probe_calls.append(packed is not None)
     if packed is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     packed.attended.append(kwargs.get("sliding_window"))
     mask = packed.window_mask(kwargs.get("sliding_window"), query.device)
     out, _ = sdpa_attention_forward(module, packed.pad(query), packed.pad(key), packed.pad(value), mask, **kwargs)
     return packed.unpad(out), None
-
-
-#: While :func:`probe` runs: whether each call of :func:`attention` had the packed batch.
-_probe_calls: list[bool] | None = None
 
 
 AttentionInterface.register(ATTENTION, attention)
@@ -383,7 +380,6 @@ def probe(model: nn.Module, batch_size: int = 3, keep: int = 4) -> str | None:
     a head two contexts share, longer than a small sliding window); return why its passes must stay
     padded, or ``None`` if every attention call of the packed pass had the packed batch and its
     logits are the padded pass's. The model's random draws are not touched (its own generator)."""
-    global _probe_calls
     hf = hugging_face_model(model)
     config = hf.config.get_text_config()
     windows = [w for w in sliding_windows(hf) if w is not None]
@@ -396,27 +392,20 @@ def probe(model: nn.Module, batch_size: int = 3, keep: int = 4) -> str | None:
     mask[0, :2] = 0
     columns = torch.arange(width - keep, width, device=device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    calls: dict[str, list[bool]] = {}
+    calls: dict[str, list[bool]] = {"padded": [], "packed": []}  # attention's calls, passed down as an argument
     logits: dict[str, torch.Tensor] = {}
     failure = None
     try:
         with torch.no_grad():
             for kind, kept in (("padded", keep), ("packed", columns)):
-                _probe_calls = calls[kind] = []
-                out = hf(
-                    input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=kept, use_cache=False
-                )
-                logits[kind] = out.logits.float()
+                row = dict(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=kept)
+                logits[kind] = hf(**row, use_cache=False, probe_calls=calls[kind]).logits.float()
     except Exception as error:  # noqa: BLE001 - any failure of the packed pass means: keep the padded one
-        failure = f"its packed pass failed ({type(error).__name__}: {error})"
-    finally:
-        _probe_calls = None
-    if (
-        calls.get("padded")
-        and "packed" in calls
-        and not (all(calls["packed"]) and calls["packed"] == [True] * len(calls["padded"]))
-    ):
-        return "its attention does not receive the packed batch (its layers do not pass extra arguments on)"
+        failure = f"its probe pass failed ({type(error).__name__}: {error})"
+    if not calls["padded"] and "padded" in logits:
+        return "its layers do not pass extra arguments on to attention: it does not receive the packed batch"
+    if "padded" in logits and calls["packed"] != [True] * len(calls["padded"]):
+        return "its attention does not receive the packed batch (its layers do not pass it on)"
     if failure is not None:
         return failure
     padded, packed = logits["padded"], logits["packed"]

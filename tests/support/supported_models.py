@@ -114,7 +114,8 @@ def _windows(windows: list[int | None]) -> str:
 HEADER = """# Supported models
 
 Every causal LM of 🤗 Transformers that loads with `AutoModelForCausalLM` can be trained. This page
-lists the families the test suite runs, each as a tiny random model (2 layers, width 64, built from
+lists the families the test suite runs (the embedded SmolLM2 and Llama 2 are `LlamaForCausalLM`, as
+the llama3 row), each as a tiny random model (2 layers, width 64, built from
 the family's config class with its distinctive features: sliding windows of 8 tokens, soft-capping,
 layers without RoPE, q/k norms, partial rotary, the real checkpoints' dropouts), through:
 
@@ -126,7 +127,7 @@ layers without RoPE, q/k norms, partial rotary, the real checkpoints' dropouts),
   floats or config fields: OPT's `dropout` 0.1, Falcon's config rates, GPT-2's dropout layers);
 - one iteration with `--lora`, whose adapters move;
 - the static-cache decode (`--cache-length`) against the eager actor, token for token; the compiled
-  decode (`--compile`) likewise, in the slow tests (`make test-all`);
+  decode (`--compile`) likewise, in the slow tests (`make test-ci-slow`);
 - each family's real checkpoint config, instantiated on the meta device (no weights), for the choices
   below.
 
