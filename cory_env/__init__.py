@@ -33,7 +33,7 @@ pettingzoo.register("aec", ENV_ID, entry_point="cory_env.pioneer_observer:env")
 # One role as a single-agent Gymnasium environment (cory_env.single_agent).
 gymnasium.register(ROLE_ENV_ID, entry_point="cory_env.single_agent:RoleEnv")
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 __all__ = [
     "ENV_ID",
     "OBSERVER",

@@ -197,7 +197,7 @@ values, non-finite values or values that are not real numbers raises
 
 ### Version history
 
-- v0 (cory-env 0.1 to 0.3, unreleased): the environment described here. cory-env 0.2 refuses rewards that
+- v0 (cory-env 0.1 to 0.3): the environment described here. cory-env 0.2 refuses rewards that
   are not real numbers (bools, strings, None: 0.1 converted `"0.5"` to 0.5) and limits a reward
   call to `--reward-timeout` in the trainer; 0.3 adds the `answers` option of `reset` (a replay of
   the last episode with the first answers given), which earlier versions ignored, and rounds,

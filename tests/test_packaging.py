@@ -1,9 +1,10 @@
-"""cory-env installs beside the OpenAI Agents SDK: a user's ``pip install`` of each, in either order.
+"""How cory-env installs: one version everywhere, an editable install that editors can read, and a
+user's ``pip install`` of cory-env beside the OpenAI Agents SDK, in either order.
 
 The SDK (``pip install openai-agents``) installs a top-level ``agents``; the repository's folder
 ``agents/`` installs as ``cory_agents`` (setup.py), so neither install touches the other's files.
-Each test makes a fresh virtual environment, builds cory-env from a copy of the repository with
-``pip install`` (not editable), and installs the SDK with its dependencies from the package index.
+Each of those tests makes a fresh virtual environment, builds cory-env from a copy of the repository
+with ``pip install`` (not editable), and installs the SDK with its dependencies from the package index.
 The heavy dependencies (torch, transformers, ...) are not downloaded again: a ``.pth`` file lets the
 new environment see this one's site-packages, after its own.
 """
@@ -12,10 +13,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import sysconfig
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -73,6 +76,62 @@ def _run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, **kwargs)
     assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result
+
+
+def test_the_version_is_the_same_everywhere_it_is_stated():
+    """pyproject.toml, ``cory_env.__version__``, the installed metadata (``pip show cory-env``) and the
+    latest release in CHANGELOG.md; an "Unreleased" section there is for a later version."""
+    import importlib.metadata
+
+    import cory_env
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert cory_env.__version__ == version, f"cory_env.__version__ is {cory_env.__version__}, not {version}"
+    installed = importlib.metadata.version("cory-env")
+    assert installed == version, f"this environment has cory-env {installed} installed: run `make setup` again"
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    releases = re.findall(r"^## (\S+) \(\d{4}-\d{2}-\d{2}\)$", changelog, flags=re.MULTILINE)
+    assert releases[0] == version, f"CHANGELOG.md's latest release is {releases[0]}, pyproject.toml says {version}"
+    unreleased = re.findall(r"^## Unreleased \((\S+)\)$", changelog, flags=re.MULTILINE)
+    assert ".".join(version.split(".")[:2]) not in unreleased, "CHANGELOG.md: the version is out, not unreleased"
+
+
+#: Run by this environment's python outside the repository: where jedi finds each name given, with the
+#: interpreter's sys.path and no import hook, as pyright (Pylance) and mypy look (they read sys.path and
+#: run no code). setuptools' default editable install of a renamed folder is such a hook, which jedi alone
+#: would run; setup.py's links are on sys.path instead. Then where ``cory_agents``'s modules are looked for.
+STATIC_PROBE = r"""
+import importlib.machinery, importlib.util, json, sys
+import jedi
+
+plain = (importlib.machinery.BuiltinImporter, importlib.machinery.FrozenImporter, importlib.machinery.PathFinder)
+sys.meta_path[:] = [finder for finder in sys.meta_path if finder in plain]
+environment = jedi.InterpreterEnvironment()  # this interpreter, without the hooks
+found = {}
+for name in sys.argv[1:]:
+    script = jedi.Script(f"import {name.rpartition('.')[0]}\n{name}", path="probe.py", environment=environment)
+    found[name] = [str(d.module_path) for d in script.goto(2, len(name), follow_imports=True)]
+spec = importlib.util.find_spec("cory_agents")
+print(json.dumps({"found": found, "cory_agents": spec and spec.submodule_search_locations}))
+"""
+
+
+def test_editors_and_type_checkers_resolve_both_import_packages(tmp_path):
+    """An editable install (``make setup``, ``pip install -e .``) that static tools read: jedi, without
+    import hooks, goes to a definition in each package, in the repository's own file. ``cory_agents`` is
+    looked for in ``agents/`` itself (through a link), not in a copy or a tree of links to each file
+    (setuptools' ``editable_mode=strict``), so a module added there imports without reinstalling."""
+    definitions = {
+        "cory_agents.learners.ppo.PPOLearner": ROOT / "agents" / "learners" / "ppo.py",
+        "cory_env.pioneer_observer.PioneerObserverEnv": ROOT / "cory_env" / "pioneer_observer.py",
+    }
+    state = json.loads(_run([sys.executable, "-c", STATIC_PROBE, *definitions], cwd=tmp_path).stdout)
+    for name, file in definitions.items():
+        paths = state["found"][name]
+        assert paths, f"{name} does not resolve without an import hook: reinstall with `make setup` (setup.py)"
+        assert [Path(p).resolve() for p in paths] == [file], f"{name} resolves to {paths}, not to {file}"
+    where = [Path(p).resolve() for p in state["cory_agents"] or ()]
+    assert where == [ROOT / "agents"], f"cory_agents is looked for in {where}: a new module would need a reinstall"
 
 
 @pytest.fixture(scope="module")
