@@ -51,6 +51,7 @@ import torch
 
 from cory_env.errors import CoryError, UsageError
 from cory_env.hub import hub_offline, offline_error_hint
+from cory_env.write_failures import remove_leftovers, temporary_name
 
 __all__ = [
     "EMBEDDED_MODEL",
@@ -211,8 +212,7 @@ def _ensure_embedded_model() -> Path:
                 )
             shutil.rmtree(final)  # only the files of a conversion: never trusted, converted again below
         # We hold the lock, so any temporary folder is a leftover of a dead process.
-        for leftover in root.glob(_TMP_PREFIX + "*"):
-            shutil.rmtree(leftover, ignore_errors=True)
+        remove_leftovers(root, temporary_name(_TMP_PREFIX), "a conversion of the embedded model")
 
         print(
             f"Converting the embedded SmolLM2-135M model once into {final}...",

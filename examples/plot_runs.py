@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from cory_agents.cli.errors import add_debug_flag, one_line_errors
 from cory_agents.training.metrics import METRICS_FILE
 from cory_agents.training.plots import plot_comparison, plot_run
 
@@ -39,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also write task_reward.png, kl.png, combined_reward.png in every run folder",
     )
-    return p
+    return add_debug_flag(p)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -58,8 +59,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main() -> None:
-    args = parse_args()
+@one_line_errors  # a full disk: one line, exit 1 (cory_agents.cli.errors)
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     if args.per_run:
         for run_dirs in args.runs.values():
             for d in run_dirs:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from cory_agents.evaluation.report import fmt, markdown_table, write_json
+from cory_agents.evaluation.report import fmt, markdown_table, write_json, write_text
 from cory_agents.evaluation.statistics import mean_ci, reward_rise, welch_test
 from cory_agents.training.metrics import read_metrics
 from cory_agents.training.plots import learner_columns, plot_comparison, plot_kl_vs_reward
@@ -229,7 +229,7 @@ def write_report(out: Path, train: TrainConfig, bench: BenchmarkConfig, settings
         "settings": settings,
     }
     write_json(out / "report.json", report)
-    (out / "report.md").write_text(format_report(report), encoding="utf-8")
+    write_text(out / "report.md", format_report(report))
     return report
 
 

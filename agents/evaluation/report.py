@@ -6,7 +6,6 @@ Shared by :mod:`cory_agents.evaluation.held_out` (``cory-eval``) and
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -16,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from cory_env.errors import CoryError, UsageError
+from cory_env.write_failures import could_not_write, write_whole
 
 
 def jsonable(value: Any) -> Any:
@@ -52,19 +52,20 @@ def check_output_file(path: str | Path, flag: str = "--out", example: str = "eva
 
 
 def write_json(path: str | Path, data: Any) -> Path:
-    """Write ``data`` as strict JSON to ``path`` atomically (a temporary file renamed into place), making the
-    folders above it. Raises :class:`ReportWriteError` where it cannot (no space, no permission, a folder there)."""
+    """Write ``data`` as strict JSON to ``path`` (:func:`write_text`)."""
+    return write_text(path, json.dumps(jsonable(data), indent=2, allow_nan=False) + "\n")
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` whole or not at all (a temporary file renamed into place), making the folders
+    above it. Raises :class:`ReportWriteError` where it cannot (no space, the file-size limit, no permission, a
+    folder there), naming the file and, for want of room, the room; the file before it is then as it was."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    text = json.dumps(jsonable(data), indent=2, allow_nan=False) + "\n"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        write_whole(path, text)
     except OSError as exc:
-        with contextlib.suppress(OSError):  # what a write cut short left
-            tmp.unlink(missing_ok=True)
-        raise ReportWriteError(f"could not write {path}: {exc.strerror or exc}") from exc
+        raise ReportWriteError(could_not_write(path, exc, len(text.encode()))) from exc
     return path
 
 
@@ -82,7 +83,7 @@ def write_sections(page: str | Path, sections: Mapping[tuple[str, str], str]) ->
     for (start, end), body in sections.items():
         head, _, rest = text.partition(start)
         text = head + start + "\n" + body + "\n" + end + rest.partition(end)[2]
-    page.write_text(text, encoding="utf-8")
+    write_text(page, text)
 
 
 def fmt(value: Any, spread: Any = None, digits: int = 3) -> str:

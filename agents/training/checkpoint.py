@@ -34,7 +34,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -46,6 +45,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from cory_env.errors import CoryError
+from cory_env.write_failures import room_to_make, temporary_name, why_not_written
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +54,10 @@ VERSION = "2"
 SUFFIX = ".safetensors"
 LEGACY_SUFFIX = ".pt"
 _NAME = re.compile(r"^iter_(\d{6})(\.safetensors|\.pt)$")
+#: A checkpoint is written as ``checkpoints/.tmp-XXXXXXXX.safetensors`` first, then renamed; what a write
+#: killed before its rename leaves has exactly this name (a run removes it when it starts: its trainer).
+TEMPORARY_PREFIX = ".tmp-"
+TEMPORARY = temporary_name(TEMPORARY_PREFIX, SUFFIX)
 
 
 class CheckpointError(CoryError, ValueError):
@@ -113,7 +117,7 @@ def save_checkpoint(out_dir: str | Path, iteration: int, state: dict[str, Any], 
     path, tmp = folder / f"iter_{iteration:06d}{SUFFIX}", ""
     try:
         folder.mkdir(parents=True, exist_ok=True)  # a failure here too (a file in the way, no space) says what to do
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=folder)
+        fd, tmp = tempfile.mkstemp(prefix=TEMPORARY_PREFIX, suffix=SUFFIX, dir=folder)
         os.close(fd)
         save_file(tensors, tmp, metadata=metadata)
         with open(tmp, "rb") as f:  # the data on disk before the rename makes it visible
@@ -127,7 +131,8 @@ def save_checkpoint(out_dir: str | Path, iteration: int, state: dict[str, Any], 
         if tmp and os.path.exists(tmp):
             os.unlink(tmp)
         if isinstance(exc, (OSError, SafetensorError)):
-            raise CheckpointSaveError(_save_failure(out_dir, path, exc)) from exc
+            size = sum(t.numel() * t.element_size() for t in tensors.values()) + len(tree)
+            raise CheckpointSaveError(_save_failure(out_dir, path, exc, size=size)) from exc
         raise
     for old in list_checkpoints(out_dir)[:-keep]:
         old.unlink(missing_ok=True)
@@ -135,28 +140,27 @@ def save_checkpoint(out_dir: str | Path, iteration: int, state: dict[str, Any], 
     return path
 
 
-def _save_failure(out_dir: str | Path, path: Path, exc: BaseException, what: str = "the checkpoint ") -> str:
-    """What a failed write into a run's folder tells: the file, the cause, the checkpoint that is
-    intact, and how to go on (a checkpoint's, and the metrics' and samples' in :mod:`.metrics`)."""
-    try:
-        free = f"; {shutil.disk_usage(path.parent).free / 2**20:.0f} MiB free there"
-    except OSError:
-        free = ""
-    cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+def _save_failure(
+    out_dir: str | Path, path: Path, exc: BaseException, what: str = "the checkpoint ", size: int | None = None
+) -> str:
+    """What a failed write into a run's folder tells: the file, the cause (for want of room, the room:
+    :func:`~cory_env.write_failures.why_not_written`), the checkpoint that is intact, and how to go on (a
+    checkpoint's, and the metrics' and samples' in :mod:`.metrics`)."""
     previous = latest_checkpoint(out_dir)
     if previous is None:
         kept = "No earlier checkpoint exists: a rerun starts at iteration 0."
     else:
         kept = (
             f"The previous checkpoint, {previous} ({checkpoint_iteration(previous) + 1} iterations done), is "
-            f"intact: make room, then rerun the same command with --resume (--out {out_dir}) to continue from it."
+            f"intact: {room_to_make(exc)}, then rerun the same command with --resume (--out {out_dir}) to continue "
+            f"from it."
         )
-    return f"could not write {what}{path}: {cause}{free}. {kept}"
+    return f"could not write {what}{path}: {why_not_written(exc, path, size)}. {kept}"
 
 
-def write_failure(out_dir: str | Path, path: Path, exc: OSError) -> str:
+def write_failure(out_dir: str | Path, path: Path, exc: OSError, size: int | None = None) -> str:
     """:func:`_save_failure`'s message for a file of the run other than a checkpoint (metrics, samples, plots)."""
-    return _save_failure(out_dir, path, exc, what="")
+    return _save_failure(out_dir, path, exc, what="", size=size)
 
 
 def _fsync_folder(folder: Path) -> None:

@@ -37,8 +37,8 @@ start a new run (docs/training.md, "Experiment trackers").
 from __future__ import annotations
 
 import csv
+import io
 import json
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ import pandas as pd
 from cory_agents.training.checkpoint import write_failure
 from cory_agents.training.trackers import DEFAULT, Trackers, resolve_report_to
 from cory_env.errors import CoryError
+from cory_env.write_failures import write_whole
 
 METRICS_FILE = "metrics.csv"
 SAMPLES_FILE = "samples.jsonl"
@@ -83,11 +84,11 @@ class MetricsLogger:
         self.columns: list[str] = []  # "iteration" first, then metric keys in first-seen order
         if resume and self.csv_path.exists():
             self.columns, rows = _read_csv(self.csv_path)
-            _write_csv(self.csv_path, self.columns, rows)  # drops a last line cut short by a crash
+            self._rewrite(self.csv_path, _csv_text(self.columns, rows))  # drops a last line cut short by a crash
         else:
             self.csv_path.unlink(missing_ok=True)
         if resume and self.samples_path.exists():
-            _write_jsonl(self.samples_path, _read_jsonl(self.samples_path))
+            self._rewrite(self.samples_path, _jsonl_text(_read_jsonl(self.samples_path)))
         else:
             self.samples_path.unlink(missing_ok=True)
         self._csv = open(self.csv_path, "a", newline="", encoding="utf-8")
@@ -115,6 +116,8 @@ class MetricsLogger:
             cells = [str(int(iteration))] + [_cell(row.get(key)) for key in self.columns[1:]]
             csv.writer(self._csv).writerow(cells)
             self._csv.flush()
+        except RunWriteError:  # a rewrite's, which says so itself
+            raise
         except OSError as exc:
             raise RunWriteError(write_failure(self.out_dir, self.csv_path, exc)) from exc
 
@@ -139,12 +142,12 @@ class MetricsLogger:
         self._csv.close()
         if self.columns:
             _, rows = _read_csv(self.csv_path)
-            _write_csv(self.csv_path, self.columns, [r for r in rows if int(r[0]) <= after_iteration])
+            self._rewrite(self.csv_path, _csv_text(self.columns, [r for r in rows if int(r[0]) <= after_iteration]))
         self._csv = open(self.csv_path, "a", newline="", encoding="utf-8")
 
         self._samples.close()
         records = [r for r in _read_jsonl(self.samples_path) if r.get("iteration", 0) <= after_iteration]
-        _write_jsonl(self.samples_path, records)
+        self._rewrite(self.samples_path, _jsonl_text(records))
         self._samples = open(self.samples_path, "a", encoding="utf-8")
 
         # TensorBoard hides events at steps >= purge_step written by earlier writers.
@@ -182,8 +185,16 @@ class MetricsLogger:
         self._csv.close()
         _, rows = _read_csv(self.csv_path)
         self.columns += new_keys
-        _write_csv(self.csv_path, self.columns, [r + [""] * len(new_keys) for r in rows])
+        self._rewrite(self.csv_path, _csv_text(self.columns, [r + [""] * len(new_keys) for r in rows]))
         self._csv = open(self.csv_path, "a", newline="", encoding="utf-8")
+
+    def _rewrite(self, path: Path, text: str) -> None:
+        """Replace ``path`` with ``text`` whole (:func:`~cory_env.write_failures.write_whole`); where that fails
+        (a full disk), the file is as it was, and :class:`RunWriteError` says so."""
+        try:
+            write_whole(path, text)
+        except OSError as exc:
+            raise RunWriteError(write_failure(self.out_dir, path, exc, size=len(text.encode("utf-8")))) from exc
 
 
 def read_metrics(path: str | Path) -> pd.DataFrame:
@@ -217,14 +228,13 @@ def _read_csv(path: Path) -> tuple[list[str], list[list[str]]]:
     return header, [r for r in rows[1:] if len(r) == len(header)]
 
 
-def _write_csv(path: Path, header: list[str], rows: list[list[str]]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        if header:
-            writer.writerow(header)
-        writer.writerows(rows)
-    os.replace(tmp, path)
+def _csv_text(header: list[str], rows: list[list[str]]) -> str:
+    text = io.StringIO(newline="")
+    writer = csv.writer(text)
+    if header:
+        writer.writerow(header)
+    writer.writerows(rows)
+    return text.getvalue()
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -239,11 +249,8 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def _write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.writelines(json.dumps(r) + "\n" for r in records)
-    os.replace(tmp, path)
+def _jsonl_text(records: list[dict[str, Any]]) -> str:
+    return "".join(json.dumps(r) + "\n" for r in records)
 
 
 def _jsonable(value: Any) -> Any:

@@ -17,8 +17,13 @@ a run folder (``cory-train        its ``config.json`` holds a run's settings, or
 --out``)                          a run then replaces only the files it writes by name
                                   (:data:`RUN_FILES`); in any other folder those names must be free.
 checkpoints                       their names, ``checkpoints/iter_NNNNNN.safetensors`` (``.pt``,
-                                  ``.damaged``, the ``.tmp-*`` of a write that died);
+                                  ``.damaged``, the ``.tmp-XXXXXXXX.safetensors`` of a write that died);
                                   ``--overwrite`` deletes those and leaves anything else.
+what a killed write left          the exact name its temporary file or folder had (the prefix, the 8
+(:mod:`cory_env.write_failures`)  random characters of ``tempfile``, the suffix): a run removes its
+                                  ``checkpoints/.tmp-XXXXXXXX.safetensors`` when it starts (it holds
+                                  the folder's lock), an export the ``.cory-export-XXXXXXXX`` that no
+                                  live export holds; a user's ``.tmp-notes.txt`` stays.
 a benchmark's runs (``cory-bench  each run folder as above, and no live run holds it (its lock);
 --overwrite``)                    the benchmark's own files when ``benchmark.json`` is there.
 ================================  ==============================================================
@@ -35,6 +40,7 @@ import re
 import shutil
 from pathlib import Path
 
+from cory_agents.training.checkpoint import TEMPORARY
 from cory_agents.training.metrics import METRICS_FILE, SAMPLES_FILE
 from cory_agents.training.plots import RUN_PLOTS
 from cory_env.errors import UsageError
@@ -47,7 +53,7 @@ RUN_FILES = ("config.json", METRICS_FILE, SAMPLES_FILE, *(filename for _, filena
 #: A run's settings that every config.json a run writes holds (how a run folder is recognised).
 RUN_KEYS = ("algo", "learner", "iterations", "kl_coef", "checkpoint_every")
 #: Checkpoint files, and the leftovers of their writes (cory_agents.training.checkpoint).
-CHECKPOINT_FILE = re.compile(r"^(iter_\d{6}\.(safetensors|pt)(\.damaged)?|\.tmp-.*\.safetensors)$")
+CHECKPOINT_FILE = re.compile(rf"^iter_\d{{6}}\.(safetensors|pt)(\.damaged)?$|{TEMPORARY.pattern}")
 
 
 class NotOursError(UsageError):

@@ -13,11 +13,14 @@
   paper's claim reads off it: a line further left reaches a reward at a lower KL.
 
 Figures are ``matplotlib.figure.Figure`` objects rendered by the Agg canvas: no display and
-no pyplot global state, so plotting works on headless machines and inside training jobs.
+no pyplot global state, so plotting works on headless machines and inside training jobs. Each
+file is written whole or not at all (:func:`save_figure`): a full disk leaves the plot before it
+as it was, and ends in one line (:class:`~cory_env.write_failures.OutOfSpaceError`).
 """
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,6 +28,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from cory_agents.training.metrics import read_metrics
+from cory_env.write_failures import write_whole, writing
 
 # metric key -> (axis label, file name written by plot_run)
 RUN_PLOTS = {
@@ -65,10 +69,21 @@ def plot_run(out_dir: str | Path) -> list[Path]:
         ax.grid(alpha=0.3)
         ax.legend()
         fig.tight_layout()
-        path = out_dir / filename
-        fig.savefig(path, dpi=100)
-        paths.append(path)
+        paths.append(save_figure(fig, out_dir / filename))
     return paths
+
+
+def save_figure(fig: Figure, path: str | Path, dpi: int = 100) -> Path:
+    """Write ``fig`` to ``path`` (its format from the suffix, PNG by default), making the folders above it:
+    rendered in memory, then written whole (a failed write leaves the file before it as it was). A full disk
+    or the file-size limit is an :class:`~cory_env.write_failures.OutOfSpaceError` naming the file."""
+    path = Path(path)
+    image = io.BytesIO()
+    fig.savefig(image, format=path.suffix.lstrip(".").lower() or None, dpi=dpi)
+    with writing(path, image.tell()):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_whole(path, image.getvalue())
+    return path
 
 
 def plot_comparison(
@@ -108,10 +123,7 @@ def plot_comparison(
             ax.legend()
     fig.suptitle("mean ± std over seeds")
     fig.tight_layout()
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_path, dpi=100)
-    return out_path
+    return save_figure(fig, out_path)
 
 
 def _per_iteration(df: pd.DataFrame, columns: Sequence[str]) -> pd.Series:
@@ -175,7 +187,4 @@ def plot_kl_vs_reward(
     if ax.lines:
         ax.legend(fontsize="small")
     fig.tight_layout()
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_path, dpi=100)
-    return out_path
+    return save_figure(fig, out_path)

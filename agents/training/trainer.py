@@ -41,6 +41,7 @@ from cory_agents.distributed.fsdp import full_state, shard_state
 from cory_agents.learners.base import Episode
 from cory_agents.learners.team import TeamEpisode
 from cory_agents.training.build import assemble, named_trainable, trainable_parameters
+from cory_agents.training.checkpoint import TEMPORARY as CHECKPOINT_TEMPORARY
 from cory_agents.training.checkpoint import (
     checkpoint_dir,
     checkpoint_iteration,
@@ -59,6 +60,7 @@ from cory_agents.training.run_lock import RunExistsError, RunLock
 from cory_env.errors import CoryError, UsageError
 from cory_env.prompts import PromptSource
 from cory_env.rewards.base import RewardCallCancelled, RewardFunction
+from cory_env.write_failures import remove_leftovers, write_whole, writing
 
 logger = logging.getLogger(__name__)
 
@@ -286,6 +288,8 @@ class Trainer:
         if main:  # a user's file where the run writes is refused before anything is written
             check_run_folder(self.out, list(self.policies) if c.save_model else [])
             self.out.mkdir(parents=True, exist_ok=True)
+            # The run holds the folder's lock: a temporary checkpoint there is one a killed process left.
+            remove_leftovers(checkpoint_dir(self.out), CHECKPOINT_TEMPORARY, "a checkpoint write")
         dp.wait_for_everyone()
         checkpoint = latest_checkpoint(self.out)
         if checkpoint is not None and not c.resume:
@@ -320,7 +324,9 @@ class Trainer:
         if checkpoint is not None and records is not None:
             records.truncate(self.iteration - 1)
         if main:
-            (self.out / "config.json").write_text(json.dumps(dataclasses.asdict(c), indent=2))
+            settings = json.dumps(dataclasses.asdict(c), indent=2)
+            with writing(self.out / "config.json", len(settings)):  # whole, or a full disk's one line
+                write_whole(self.out / "config.json", settings)
         bar = tqdm(total=c.iterations, initial=self.iteration, disable=not (progress and main), desc=c.algo, unit="it")
         self.stopped_by = ""
         abandoned = ""  # the reward whose call a stop request abandoned, if one was

