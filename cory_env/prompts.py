@@ -14,7 +14,7 @@ Example:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -131,8 +131,8 @@ def row_fields(
     source: PromptSource, declared: Sequence[str] | None, private: Mapping[str, Any] | None = None
 ) -> tuple[str, ...]:
     """The prompt-row fields templates may name (``{secret}``): ``declared``, or by default the
-    metadata keys of a :class:`PromptList`'s rows (looked for through a source that wraps one;
-    other sources: none), but never a chain field's name (``query``, ``response``, ``round``, ...:
+    metadata keys of a :class:`PromptList`'s rows or a streamed prompt file's (looked for through a
+    source that wraps one; other sources: none), but never a chain field's name (``query``, ``response``, ``round``, ...:
     such a column still goes to the reward); private fields always."""
     if declared is not None:
         if isinstance(declared, str) or not all(isinstance(f, str) and f.isidentifier() for f in declared):
@@ -144,11 +144,17 @@ def row_fields(
             )
         fields = list(declared)
     elif (rows := _listed(source)) is not None:
-        keys = {k for p in rows for k in p.metadata if isinstance(k, str) and k.isidentifier()}
-        fields = sorted(k for k in keys if not _CHAIN_FIELD.match(k))
+        fields = _template_fields(k for p in rows for k in p.metadata)
+    elif (file := _streamed(source)) is not None:
+        fields = _template_fields(file.fields)
     else:
         fields = []
     return tuple(dict.fromkeys([*fields, *(private or {})]))
+
+
+def _template_fields(keys: Iterable[Any]) -> list[str]:
+    """The metadata keys a template may name, sorted: identifiers that are not a chain field's name."""
+    return sorted({k for k in keys if isinstance(k, str) and k.isidentifier() and not _CHAIN_FIELD.match(k)})
 
 
 #: The names of the chain's own template fields (cory_env.templates), which a prompt field may not take.
@@ -162,6 +168,21 @@ def _listed(source: Any) -> list[Prompt] | None:
             return source.prompts
         if isinstance(getattr(source, "prompts", None), list) and all(isinstance(p, Prompt) for p in source.prompts):
             return source.prompts
+        source = getattr(source, "source", None)
+        if source is None:
+            return None
+    return None
+
+
+def _is_streamed(source: Any) -> bool:
+    return hasattr(source, "fields_in_every_row") and hasattr(source, "rows")
+
+
+def _streamed(source: Any) -> Any:
+    """A streamed prompt file (:class:`~cory_env.tasks.prompt_file.PromptFile`), or the one a source wraps; else ``None``."""
+    for _ in range(8):
+        if _is_streamed(source):
+            return source
         source = getattr(source, "source", None)
         if source is None:
             return None
@@ -185,11 +206,14 @@ def row_values(prompt: Prompt, fields: Sequence[str], row: int) -> dict[str, Any
 
 
 def check_rows_have_fields(source: PromptSource, named: Sequence[Sequence[Sequence[str]]]) -> None:
-    """For a :class:`PromptList` (or a source that wraps one), check now that every row has every field a
-    template names (``named``: per round, per position); other sources are checked as they are drawn."""
-    if (rows := _listed(source)) is None:
-        return
+    """For a :class:`PromptList` or a streamed prompt file (or a source that wraps one), check now that every
+    row has every field a template names (``named``: per round, per position); other sources are checked as
+    they are drawn."""
     fields: list[str] = list(dict.fromkeys(f for row in named for turn in row for f in turn))
-    if fields:
+    if (file := _streamed(source)) is not None and set(fields) - file.fields_in_every_row:
+        rows: Sequence[Prompt] | None = file.rows(range(len(file)))  # the file holds a row without one: find it
+    else:
+        rows = _listed(source)
+    if rows is not None and fields:
         for i, prompt in enumerate(rows):
             row_values(prompt, fields, i)

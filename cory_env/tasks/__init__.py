@@ -30,13 +30,13 @@ task can be added with :func:`register_task`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cory_env.errors import UsageError
 from cory_env.hub import DatasetUnavailableError
-from cory_env.prompts import PromptSource
+from cory_env.prompts import Prompt, PromptSource
 from cory_env.tasks.custom import custom_prompts, custom_task
 from cory_env.tasks.gsm8k import gsm8k_prompts, load_gsm8k
 from cory_env.tasks.sentiment import (
@@ -51,6 +51,7 @@ from cory_env.tasks.signal import (
     SENDER_TEMPLATE,
     signal_prompts,
 )
+from cory_env.tasks.signal import check_row as check_signal_row
 from cory_env.templates import (
     GSM8K_OBSERVER,
     GSM8K_PIONEER,
@@ -92,6 +93,9 @@ class Task:
         min_agents, max_agents: the chains that can play it (a game of two needs ``--algo cory``;
             ``max_agents`` ``None``: any longer chain).
         prompt_options: settings of ``cory-train`` (field names) passed to ``prompts`` as keywords.
+        check_row: ``check_row(prompt)`` raises a :class:`~cory_env.errors.UsageError` (what is wrong, the fix)
+            for a row of your data the task can never score; :func:`~cory_env.tasks.custom.custom_task`
+            (``--task-file``) runs it over every row when it reads them, naming the row's line.
     """
 
     name: str
@@ -110,6 +114,7 @@ class Task:
     min_agents: int = 1
     max_agents: int | None = None
     prompt_options: tuple[str, ...] = ()
+    check_row: Callable[[Prompt], None] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -209,6 +214,7 @@ register_task(
         min_agents=2,
         max_agents=2,
         prompt_options=("num_secrets", "secret_words"),
+        check_row=check_signal_row,
     )
 )
 

@@ -20,16 +20,16 @@ Example:
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cory_env.errors import UsageError
 from cory_env.prompts import Prompt, PromptList
+from cory_env.tasks.prompt_file import STREAMED_ROWS, PromptFile
 
 if TYPE_CHECKING:
     from cory_env.tasks import Task
@@ -48,8 +48,11 @@ def custom_prompts(
     data: CustomData,
     query_field: str = "query",
     metadata_fields: Sequence[str] | None = None,
-) -> PromptList:
-    """A prompt source from your own data.
+    check_row: Callable[[Prompt], None] | None = None,
+) -> PromptList | PromptFile:
+    """A prompt source from your own data: a :class:`~cory_env.prompts.PromptList`, or for a file of more
+    than :data:`~cory_env.tasks.prompt_file.STREAMED_ROWS` rows a :class:`~cory_env.tasks.prompt_file.PromptFile`
+    that reads each row when it is drawn.
 
     Args:
         data: a list of query strings; a list of dicts; a ``datasets.Dataset``; or the
@@ -57,19 +60,21 @@ def custom_prompts(
         query_field: the column holding the query (not used for a list of strings).
         metadata_fields: the columns passed to the reward as metadata; ``None``: all
             columns but the query.
+        check_row: called with each prompt (a task's :attr:`~cory_env.tasks.Task.check_row`); the
+            ``UsageError`` it raises for a row is raised naming the row (a file's line, a list's index).
 
     Raises:
         PromptFileNotFoundError: the file does not exist (a ``FileNotFoundError``).
         UsageError (a ``ValueError``): unsupported file type, a line that is not JSON, a missing column
-            (the message names the columns present), an empty or non-string query, or
-            no rows at all.
+            (the message names the columns present), an empty or non-string query, a row that
+            ``check_row`` refuses, or no rows at all. A file's row is named by its line.
         TypeError: ``data`` is none of the above.
     """
     where = "the data"
     if isinstance(data, (str, os.PathLike)):
-        where = os.fspath(data)
-        rows: list[Any] = _read_file(Path(data))
-    elif _is_dataset(data):
+        file = PromptFile(_checked_path(Path(data)), partial(_row_prompt, query_field, metadata_fields), check_row)
+        return file if len(file) > STREAMED_ROWS else PromptList(file.rows(range(len(file))))
+    if _is_dataset(data):
         rows = list(data)
     elif isinstance(data, Sequence) and not isinstance(data, (bytes, bytearray)):
         rows = list(data)
@@ -80,12 +85,21 @@ def custom_prompts(
         )
     if not rows:
         raise UsageError(f"{where} holds no prompts: give at least one row")
+    places = [f"{where}, row {index}" for index in range(len(rows))]
     if all(isinstance(r, str) for r in rows):
-        return PromptList([Prompt(_query(r, i, where)) for i, r in enumerate(rows)])
-    if not all(isinstance(r, Mapping) for r in rows):
+        prompts = [Prompt(_query(r, place)) for r, place in zip(rows, places)]
+    elif all(isinstance(r, Mapping) for r in rows):
+        prompts = _prompts_from_rows(rows, query_field, metadata_fields, places)
+    else:
         kinds = sorted({type(r).__name__ for r in rows})
         raise TypeError(f"{where}: rows must all be strings or all be dicts, got {', '.join(kinds)}")
-    return PromptList(_prompts_from_rows(rows, query_field, metadata_fields, where))
+    if check_row is not None:  # the task's: a row it can never score is refused now, not found out in training
+        for prompt, place in zip(prompts, places):
+            try:
+                check_row(prompt)
+            except UsageError as exc:
+                raise UsageError(f"{place}: {exc}") from None
+    return PromptList(prompts)
 
 
 def _is_dataset(data: Any) -> bool:
@@ -96,7 +110,8 @@ def _is_dataset(data: Any) -> bool:
     return isinstance(data, datasets.Dataset)
 
 
-def _read_file(path: Path) -> list[dict[str, Any]]:
+def _checked_path(path: Path) -> Path:
+    """``path``, if it is a prompt file of a type :func:`custom_prompts` reads."""
     if not path.is_file():
         raise PromptFileNotFoundError(
             f"prompt file {str(path)!r} does not exist"
@@ -105,57 +120,33 @@ def _read_file(path: Path) -> list[dict[str, Any]]:
     suffix = path.suffix.lower()
     if suffix not in FILE_TYPES:
         raise UsageError(f"prompt file {str(path)!r}: unsupported type {suffix or '(none)'!r}; use one of {FILE_TYPES}")
-    # "utf-8-sig" drops the byte-order mark that Notepad and Excel's "CSV UTF-8" write (else the first line
-    # is not JSON, and a CSV's first column is '\ufeffquery'). Windows line ends: JSONL reads with universal
-    # newlines; the csv module, which wants newline="", takes "\r\n" as a row's end itself.
-    try:
-        if suffix == ".csv":
-            with path.open(encoding="utf-8-sig", newline="") as f:
-                return list(csv.DictReader(f))
-        with path.open(encoding="utf-8-sig") as f:
-            return _read_jsonl(path, f)
-    except UnicodeDecodeError as exc:
-        raise UsageError(
-            f"{path}: not UTF-8 text ({exc.reason}); save it as UTF-8 (Excel: 'CSV UTF-8'; Notepad: 'UTF-8')"
-        ) from exc
+    return path
 
 
-def _read_jsonl(path: Path, lines: Iterable[str]) -> list[dict[str, Any]]:
-    rows = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{path}, line {number}: not valid JSON ({exc}): {line[:80]!r}") from exc
-        if not isinstance(rows[-1], dict):
-            raise UsageError(f"{path}, line {number}: each line must be a JSON object, got {line[:80]!r}")
-    return rows
-
-
-def _query(value: Any, index: int, where: str) -> str:
+def _query(value: Any, place: str) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise UsageError(f"{where}, row {index}: the query must be a non-empty string, got {value!r}")
+        raise UsageError(f"{place}: the query must be a non-empty string, got {value!r}")
     return value
 
 
 def _prompts_from_rows(
-    rows: Iterable[Mapping[str, Any]], query_field: str, metadata_fields: Sequence[str] | None, where: str
+    rows: Iterable[Mapping[str, Any]], query_field: str, metadata_fields: Sequence[str] | None, places: list[str]
 ) -> list[Prompt]:
-    prompts = []
-    for index, row in enumerate(rows):
-        wanted = [query_field, *(metadata_fields or [])]
-        missing = [f for f in wanted if f not in row]
-        if missing:
-            raise UsageError(
-                f"{where}, row {index}: no column {', '.join(map(repr, missing))}; "
-                f"the columns are {', '.join(map(repr, row))}. "
-                + ("Choose the query column with query_field (--query-field)." if query_field in missing else "")
-            )
-        fields = metadata_fields if metadata_fields is not None else [k for k in row if k != query_field]
-        prompts.append(Prompt(_query(row[query_field], index, where), {k: row[k] for k in fields}))
-    return prompts
+    return [_row_prompt(query_field, metadata_fields, row, place) for row, place in zip(rows, places)]
+
+
+def _row_prompt(query_field: str, metadata_fields: Sequence[str] | None, row: Mapping[str, Any], place: str) -> Prompt:
+    """One row's prompt: the ``query_field`` column, and ``metadata_fields`` (default: the other columns)."""
+    wanted = [query_field, *(metadata_fields or [])]
+    missing = [f for f in wanted if f not in row]
+    if missing:
+        raise UsageError(
+            f"{place}: no column {', '.join(map(repr, missing))}; "
+            f"the columns are {', '.join(map(repr, row))}. "
+            + ("Choose the query column with query_field (--query-field)." if query_field in missing else "")
+        )
+    fields = metadata_fields if metadata_fields is not None else [k for k in row if k != query_field]
+    return Prompt(_query(row[query_field], place), {k: row[k] for k in fields})
 
 
 def custom_task(
@@ -188,9 +179,9 @@ def custom_task(
     from cory_env.tasks import get_task
 
     base = get_task(like) if isinstance(like, str) else like
-    splits = {"train": custom_prompts(data, query_field, metadata_fields)}
+    splits = {"train": custom_prompts(data, query_field, metadata_fields, base.check_row)}
     if test_data is not None:
-        splits["test"] = custom_prompts(test_data, query_field, metadata_fields)
+        splits["test"] = custom_prompts(test_data, query_field, metadata_fields, base.check_row)
 
     def prompts(tokenizer: Any = None, *, split: str = "train", seed: int = 0, source: str = "auto") -> PromptList:
         if split not in splits:

@@ -20,6 +20,7 @@ sender is rewarded only through its partner's answer: credit for a partner's suc
 | reward | :func:`signal_reward`: position 1 scores 1 if the first of the `K` words its answer names is the secret, else 0; position 0 scores 0 |
 | chance | `1/K` for a receiver that ignores the message (naming every word scores only when the secret comes first) |
 | flags | `--num-secrets K` (2 to 8, default 4), `--secret-words colours\\|animals` |
+| your rows | `--task-file` rows with `query`, `secret`, `words` (comma-separated, or a JSON list); :func:`check_row` refuses, when the file is read, a row that can never score: an empty secret, a secret that is not one word of `a-z` or not among the row's words, a word listed twice |
 | needs | `--algo cory` (two agents); `--rounds R` plays the exchange `R` times (the receiver's guesses are read by the sender in later rounds) |
 
 In later rounds (`--rounds 2` or more) the sender reads the receiver's last guess
@@ -101,6 +102,53 @@ def signal_prompts(
 _WORD = re.compile(r"[a-z]+")
 
 
+def row_words(listed: str | Sequence[str]) -> list[str]:
+    """A row's ``words``: a comma-separated string (a CSV cell) or a list (JSON), as a list.
+
+    >>> row_words("red, blue,green")
+    ['red', 'blue', 'green']
+    """
+    return [w.strip() for w in listed.split(",")] if isinstance(listed, str) else list(listed)
+
+
+def check_row(prompt: Prompt) -> None:
+    """Refuse a prompt row (of your ``--task-file``) whose receiver can never score, with the value and the fix.
+
+    The receiver scores by naming the secret first among the row's words, and the reward reads an answer's words
+    as lower-case runs of ``a-z``. So a secret that is empty, that is not one such word (``Red``, ``light blue``),
+    or that is not among the words can never be named; and a word listed twice is a list of fewer than ``K``.
+    A row without ``secret`` or ``words`` is left to the environment, which names the field it lacks.
+    """
+    if "secret" not in prompt.metadata or "words" not in prompt.metadata:
+        return
+    secret, given = prompt.metadata["secret"], prompt.metadata["words"]
+    if not isinstance(given, (str, list, tuple)):  # a CSV row short of its words cell reads None
+        raise UsageError(f"the words are {given!r}: give the K words the receiver chooses from, comma-separated")
+    words = row_words(given)
+    listed = ", ".join(map(str, words))
+    if not isinstance(secret, str) or not secret.strip():
+        raise UsageError(
+            f"the secret is empty ({secret!r}), so the receiver can never name it and the row can never score: "
+            f"give the row's secret, one of its words ({listed})"
+        )
+    if not _WORD.fullmatch(secret):
+        raise UsageError(
+            f"the secret {secret!r} is not one word of the letters a-z in lower case, the only words the reward reads "
+            f"in an answer, so the row can never score: write it so (here and among the words: {listed})"
+        )
+    if secret not in words:
+        raise UsageError(
+            f"the secret {secret!r} is not among the row's words ({listed}), of which the receiver names one, so the "
+            f"row can never score: add it to the words, or correct the secret"
+        )
+    repeated = next((w for i, w in enumerate(words) if w in words[:i]), None)
+    if repeated is not None:
+        raise UsageError(
+            f"the words name {repeated!r} more than once ({listed}): list each of the K words the receiver chooses "
+            f"from once"
+        )
+
+
 def named_word(answer: str, words: Sequence[str]) -> str | None:
     """The first of ``words`` that ``answer`` names (as a whole word, any case), or ``None``.
 
@@ -128,6 +176,5 @@ def signal_reward(
         return [0.0] * len(responses)
     scores = []
     for answer, target, listed in zip(responses, secret, words):
-        candidates = [w.strip() for w in listed.split(",")] if isinstance(listed, str) else list(listed)
-        scores.append(1.0 if named_word(answer, candidates) == target else 0.0)
+        scores.append(1.0 if named_word(answer, row_words(listed)) == target else 0.0)
     return scores

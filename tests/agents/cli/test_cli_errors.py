@@ -4,10 +4,10 @@ CORY_DEBUG=1 show its traceback; any other exception keeps its traceback (cory_a
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -21,7 +21,7 @@ from cory_agents.evaluation.held_out import CheckpointNotFoundError
 from cory_env.errors import CoryError, UsageError
 from cory_env.rewards.registry import RewardNotFoundError
 from tests.support import ROOT
-from tests.support.commands import the_error, toy_args
+from tests.support.commands import console_script, the_error, toy_args
 from tests.support.toy import toy_tokenizer
 
 
@@ -29,13 +29,6 @@ def command(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     """A real command line, run offline from the repository (``tests.support.toy`` importable)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", **(env or {})}
     return subprocess.run(list(args), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-
-
-def console_script(name: str) -> str:
-    path = Path(sys.executable).with_name(name)
-    if not path.exists():
-        pytest.skip(f"{name} is not installed beside {sys.executable} (pip install -e .)")
-    return str(path)
 
 
 # ------------------------------------------------------------- the real commands, as a user runs them
@@ -615,3 +608,23 @@ def test_a_game_setting_that_does_not_fit(run, toy_model, tmp_path, flags, error
     code, err = run(cory_train.main, "cory-train", toy_args(toy_model, tmp_path, *flags))
     assert code == 2, err[-2000:]
     assert the_error(err, "cory-train").startswith(error)
+
+
+@pytest.mark.parametrize(
+    "row, error",
+    [
+        ({"secret": "", "words": "red, blue, green"}, "the secret is empty (''), so the receiver can never name it"),
+        ({"secret": "purple", "words": "red, blue, green"}, "the secret 'purple' is not among the row's words"),
+        ({"secret": "red", "words": "red, blue, red"}, "the words name 'red' more than once (red, blue, red)"),
+    ],
+    ids=["empty-secret", "secret-not-among-the-words", "a-word-twice"],
+)
+def test_a_signal_task_file_row_that_can_never_score(run, toy_model, tmp_path, row, error):
+    task_file = tmp_path / "signal.jsonl"
+    good = {"query": "colour", "secret": "red", "words": "red, blue, green"}
+    task_file.write_text(json.dumps(good) + "\n" + json.dumps({"query": "colour", **row}) + "\n")
+    flags = ["--algo", "cory", "--task", "signal", "--prompt-source", "auto", "--task-file", str(task_file)]
+    code, err = run(cory_train.main, "cory-train", toy_args(toy_model, tmp_path / "run", *flags))
+    assert code == 2, err[-2000:]
+    assert the_error(err, "cory-train").startswith(f"{task_file}, line 2: {error}")
+    assert not (tmp_path / "run").exists(), "refused before anything is written"

@@ -69,6 +69,6 @@ def test_a_bom_csv_without_the_query_column_lists_the_columns_cleanly(tmp_path):
 def test_a_file_that_is_not_utf8_says_how_to_save_it(tmp_path, suffix, plain):
     """Excel's "Unicode Text" and some editors' "Unicode" write UTF-16."""
     path = _save(tmp_path / f"wide{suffix}", plain.encode("utf-16"))
-    with pytest.raises(ValueError, match=rf"wide\{suffix}: not UTF-8 text .*save it as UTF-8") as err:
+    with pytest.raises(ValueError, match=rf"wide\{suffix}, line 1: not UTF-8 text .*save it as UTF-8") as err:
         custom_prompts(path)
     assert "\n" not in str(err.value)
