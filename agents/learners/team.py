@@ -34,8 +34,8 @@ environment's (:class:`~cory_env.RoleExchangeWrapper`): ``TeamEpisode.roles`` sa
 
 :class:`IndependentLearners` is the team of per-agent learners that each learn alone (CORY:
 independent PPO on the collective reward); the trainer wraps a per-agent ``--learner`` in it.
-Register a team learner in :data:`cory_agents.training.registry.TEAM_LEARNERS`; see
-docs/plug-in-your-algorithm.md ("Team learners").
+Register a team learner as a :class:`cory_agents.training.registry.TeamFactory` in
+:data:`cory_agents.training.registry.LEARNERS`; see docs/plug-in-your-algorithm.md ("Team learners").
 """
 
 from __future__ import annotations
