@@ -30,9 +30,9 @@ cache.
 
 Not every sdpa model can be packed. :func:`~cory_agents.speed.attention_kinds.unsupported`
 reads what the packed attention cannot compute from the config (soft-capped logits, chunked or
-bidirectional attention, layer types other than full and sliding attention), and :func:`probe` runs the model once packed and once
-padded on a small batch when it is switched: a model whose layers do not pass the packed batch on
-to attention (Falcon's decoder layer drops extra arguments), or whose packed logits are not the
+bidirectional attention, layer types other than full and sliding attention), and :func:`probe`
+runs the model once packed and once padded on a small batch when it is switched: a model whose
+layers do not pass the packed batch on to attention (Falcon's decoder layer drops extra arguments), or whose packed logits are not the
 padded ones, keeps the padded passes, with one logged line. ``docs/supported-models.md`` lists
 what each family gets.
 
@@ -347,8 +347,8 @@ def enable(model: nn.Module) -> bool:
     value head: it then packs once, outside). Return whether it is on.
 
     Other attention implementations are left as they are (``False``). So is a model that
-    :func:`~cory_agents.speed.attention_kinds.unsupported` rules out, or whose :func:`probe` pass (one packed and one padded pass of a
-    small batch, the first time) finds its attention not given the packed batch or its outputs
+    :func:`~cory_agents.speed.attention_kinds.unsupported` rules out, or whose :func:`probe` pass
+    (one packed and one padded pass of a small batch, the first time) finds its attention not given the packed batch or its outputs
     not the padded pass's: it keeps the padded passes, with one logged line saying why. Apply it
     to a base model before copying it (copies keep the class and the attention implementation)."""
     hf = hugging_face_model(model)

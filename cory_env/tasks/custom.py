@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from cory_env.errors import UsageError
 from cory_env.prompts import Prompt, PromptList
-from cory_env.tasks.prompt_file import STREAMED_ROWS, PromptFile
+from cory_env.tasks.prompt_file import STREAMED_ROWS, PromptFile, query_text, row_prompt
 
 if TYPE_CHECKING:
     from cory_env.tasks import Task
@@ -72,7 +72,7 @@ def custom_prompts(
     """
     where = "the data"
     if isinstance(data, (str, os.PathLike)):
-        file = PromptFile(_checked_path(Path(data)), partial(_row_prompt, query_field, metadata_fields), check_row)
+        file = PromptFile(_checked_path(Path(data)), partial(row_prompt, query_field, metadata_fields), check_row)
         return file if len(file) > STREAMED_ROWS else PromptList(file.rows(range(len(file))))
     if _is_dataset(data):
         rows = list(data)
@@ -87,7 +87,7 @@ def custom_prompts(
         raise UsageError(f"{where} holds no prompts: give at least one row")
     places = [f"{where}, row {index}" for index in range(len(rows))]
     if all(isinstance(r, str) for r in rows):
-        prompts = [Prompt(_query(r, place)) for r, place in zip(rows, places)]
+        prompts = [Prompt(query_text(r, place)) for r, place in zip(rows, places)]
     elif all(isinstance(r, Mapping) for r in rows):
         prompts = _prompts_from_rows(rows, query_field, metadata_fields, places)
     else:
@@ -123,30 +123,10 @@ def _checked_path(path: Path) -> Path:
     return path
 
 
-def _query(value: Any, place: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise UsageError(f"{place}: the query must be a non-empty string, got {value!r}")
-    return value
-
-
 def _prompts_from_rows(
     rows: Iterable[Mapping[str, Any]], query_field: str, metadata_fields: Sequence[str] | None, places: list[str]
 ) -> list[Prompt]:
-    return [_row_prompt(query_field, metadata_fields, row, place) for row, place in zip(rows, places)]
-
-
-def _row_prompt(query_field: str, metadata_fields: Sequence[str] | None, row: Mapping[str, Any], place: str) -> Prompt:
-    """One row's prompt: the ``query_field`` column, and ``metadata_fields`` (default: the other columns)."""
-    wanted = [query_field, *(metadata_fields or [])]
-    missing = [f for f in wanted if f not in row]
-    if missing:
-        raise UsageError(
-            f"{place}: no column {', '.join(map(repr, missing))}; "
-            f"the columns are {', '.join(map(repr, row))}. "
-            + ("Choose the query column with query_field (--query-field)." if query_field in missing else "")
-        )
-    fields = metadata_fields if metadata_fields is not None else [k for k in row if k != query_field]
-    return Prompt(_query(row[query_field], place), {k: row[k] for k in fields})
+    return [row_prompt(query_field, metadata_fields, row, place) for row, place in zip(rows, places)]
 
 
 def custom_task(

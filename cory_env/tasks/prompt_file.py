@@ -24,6 +24,7 @@ Example:
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -66,7 +67,7 @@ class PromptFile:
         check_row: Callable[[Prompt], None] | None = None,
     ):
         self.path = Path(path)
-        self.to_prompt = to_prompt or _query_and_metadata
+        self.to_prompt = to_prompt or functools.partial(row_prompt, "query", None)
         self.is_csv = self.path.suffix.lower() == ".csv"
         self.header: list[str] = []
         starts, lines, fields, every = [], [], {}, None
@@ -173,7 +174,22 @@ def _json_object(text: str, path: Path, line: int) -> dict[str, Any]:
     return row
 
 
-def _query_and_metadata(row: Mapping[str, Any], place: str) -> Prompt:
-    if not isinstance(row.get("query"), str) or not row["query"].strip():
-        raise UsageError(f"{place}: the query must be a non-empty string, got {row.get('query')!r}")
-    return Prompt(row["query"], {k: v for k, v in row.items() if k != "query"})
+def query_text(value: Any, place: str) -> str:
+    """``value``, a row's query: a non-empty string, else refused naming ``place``."""
+    if not isinstance(value, str) or not value.strip():
+        raise UsageError(f"{place}: the query must be a non-empty string, got {value!r}")
+    return value
+
+
+def row_prompt(query_field: str, metadata_fields: Sequence[str] | None, row: Mapping[str, Any], place: str) -> Prompt:
+    """One row's prompt: the ``query_field`` column, and ``metadata_fields`` (default: the other columns)."""
+    wanted = [query_field, *(metadata_fields or [])]
+    missing = [f for f in wanted if f not in row]
+    if missing:
+        raise UsageError(
+            f"{place}: no column {', '.join(map(repr, missing))}; "
+            f"the columns are {', '.join(map(repr, row))}. "
+            + ("Choose the query column with query_field (--query-field)." if query_field in missing else "")
+        )
+    fields = metadata_fields if metadata_fields is not None else [k for k in row if k != query_field]
+    return Prompt(query_text(row[query_field], place), {k: row[k] for k in fields})
