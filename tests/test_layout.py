@@ -148,7 +148,7 @@ def test_one_thing_is_named_learners():
     import cory_env.wrappers
     from cory_agents.training.registry import LEARNERS
 
-    assert callable(LEARNERS["ppo"])  # the learner registry
+    assert callable(LEARNERS["ppo"].factory)  # the learner registry
     assert cory_env.wrappers.LEARNER_NAMES == ("llm_0", "llm_1") and not hasattr(cory_env.wrappers, "LEARNERS")
 
 

@@ -31,7 +31,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from cory_env.errors import CoryError
 
@@ -45,14 +45,29 @@ Result = TypeVar("Result")
 
 
 def add_debug_flag(parser: Parser) -> Parser:
-    """List ``--debug`` in ``parser``'s help. The flag never reaches the parser (:func:`one_line_errors`
-    takes it off the command line first), so it adds nothing to what the parser returns."""
+    """List ``--debug`` in ``parser``'s help, and make its errors one line (:func:`one_line_usage_errors`). The
+    flag never reaches the parser (:func:`one_line_errors` takes it off the command line first), so it adds
+    nothing to what the parser returns."""
     parser.add_argument(
         DEBUG_FLAG,
         action="store_true",
         default=argparse.SUPPRESS,
         help=f"on an error, show its full traceback (also: {DEBUG_VARIABLE}=1)",
     )
+    return one_line_usage_errors(parser)
+
+
+def one_line_usage_errors(parser: Parser) -> Parser:
+    """An unknown flag or a bad value ends ``parser`` in one line naming it, exit status 2, instead of
+    argparse's usage of every flag above the error: ``cory-train: error: argument --lr: invalid float value:
+    'abc' (cory-train --help lists the flags)``. Flags are not abbreviated: a misspelt flag (``--lr-warmup``)
+    is an error, never another flag it begins."""
+    parser.allow_abbrev = False
+
+    def error(message: str) -> NoReturn:
+        parser.exit(2, f"{parser.prog}: error: {message} ({parser.prog} --help lists the flags)\n")
+
+    parser.error = error  # type: ignore[method-assign]
     return parser
 
 

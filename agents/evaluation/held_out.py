@@ -167,13 +167,14 @@ def run_folder(checkpoint: Path) -> Path:
 def train_config_from(saved: dict[str, Any], **overrides: Any) -> TrainConfig:
     """Rebuild a run's :class:`TrainConfig` from the ``config`` a checkpoint holds (an older version's too)."""
     saved = upgrade_settings(saved)
-    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    config_class = TrainConfig.for_learner(saved.get("learner", TrainConfig.learner))  # an installed learner's too
+    names = {f.name for f in dataclasses.fields(config_class)}
     unknown = sorted(set(saved) - names)
     if unknown:
         logger.warning("checkpoint settings unknown to this version are ignored: %s", ", ".join(unknown))
     kept = {k: v for k, v in saved.items() if k in names}
     # Evaluating reports to no tracker: the run's own (wandb, say) may not be installed here.
-    return TrainConfig(**{**kept, "preset": "", "resume": False, "report_to": "none", **overrides})
+    return config_class(**{**kept, "preset": "", "resume": False, "report_to": "none", **overrides})
 
 
 def policy_from_checkpoint(state: dict[str, Any], *, reward_fn: RewardFunction, device: str = "auto") -> Trainer:

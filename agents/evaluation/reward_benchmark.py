@@ -70,9 +70,10 @@ from cory_agents.training.config import (
     learners_taking,
     resolve,
     sections_for,
+    titled_section,
 )
 from cory_agents.training.ownership import check_out_folder, check_run_removable, refuse, remove_if_empty, remove_run
-from cory_agents.training.registry import LEARNERS
+from cory_agents.training.registry import available_learners
 from cory_agents.training.resumable import changed_settings
 from cory_agents.training.trainer import Trainer
 from cory_env.errors import UsageError
@@ -114,7 +115,7 @@ class BenchmarkConfig:
         if unknown or not self.algos:
             raise UsageError(
                 f"--algos {' '.join(self.algos)}: choose among {', '.join(ALGOS)}, each alone (with --learner) or as "
-                f"ALGO:LEARNER, LEARNER one of {', '.join(LEARNERS)} (cory:happo)"
+                f"ALGO:LEARNER, LEARNER one of {', '.join(available_learners())} (cory:happo)"
             )
         if len(set(self.algos)) < len(self.algos):
             raise UsageError(f"--algos {' '.join(self.algos)} names an algorithm twice: give each once")
@@ -127,7 +128,7 @@ class BenchmarkConfig:
 
 def _is_arm(arm: str) -> bool:
     algo, colon, learner = arm.partition(":")
-    return algo in ALGOS and (not colon or learner in LEARNERS)
+    return algo in ALGOS and (not colon or learner in available_learners())
 
 
 class BenchmarkExistsError(UsageError, FileExistsError):
@@ -146,8 +147,10 @@ def training_sections(learners: Iterable[str]) -> list[type]:
     ['Game', 'Learner', 'Learner ppo']
     """
     task, model, game, _, *after = sections_for(TrainConfig.learner)  # after the learner's: generation, ...
-    own = dict.fromkeys(learner_section(name) for name in learners)
-    sections = [task, model, game, LMLearnerConfig, *own, *after]
+    own: dict[type, str] = {}  # each section once, under the first learner that has it
+    for name in learners:
+        own.setdefault(learner_section(name), name)
+    sections = [task, model, game, LMLearnerConfig, *(titled_section(name) for name in own.values()), *after]
     placed: set[str] = set()
     flags = []
     for section in sections:
@@ -166,8 +169,10 @@ def _section_of(section: type, names: list[str]) -> type:
         for f in dataclasses.fields(section)
         if f.name in names
     ]
-    title = section._argument_group_name
-    return dataclasses.make_dataclass(section.__name__, fields, namespace={"_argument_group_name": title})
+    namespace = {"_argument_group_name": section._argument_group_name}
+    if learner := getattr(section, "learner_name", None):  # a learner's own: from_sections reads whose it is
+        namespace["learner_name"] = learner
+    return dataclasses.make_dataclass(section.__name__, fields, namespace=namespace)
 
 
 def entry_learners(argv: list[str]) -> list[str]:

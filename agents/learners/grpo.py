@@ -171,8 +171,11 @@ class GRPOLearner(LMLearner):
     def learn(self, ep: Episode, *, advantages: torch.Tensor | np.ndarray | None = None) -> dict[str, float]:
         """One group-relative update on one batched episode; returns the iteration's statistics.
 
-        ``advantages`` (``(B,)``, one per conversation): a team learner's, used instead of the group-relative
-        ones (every token of a response gets its conversation's); the groups are then not required."""
+        ``advantages`` (``(rows,)``, one per conversation, or over several rounds one per row, turn-major): a team
+        learner's, used as they are instead of the group-relative ones (every token of a response gets its
+        row's; no normalisation, so a shared advantage stays shared); the groups are then not required. This
+        learner's KL term still applies, as it computes it: ``kl_penalty="loss"`` adds ``kl_coef * k3`` to the
+        loss, ``"reward"`` subtracts ``kl_coef * sum_t KL_t`` of each row from its given advantage."""
         c = self.config
         if advantages is None:
             self._check_groups(ep)
@@ -190,8 +193,11 @@ class GRPOLearner(LMLearner):
             advantages = torch.as_tensor(advantages, dtype=torch.float32, device=self.device)
             if advantages.shape != (B,):
                 raise ValueError(
-                    f"advantages must be one value per conversation, shape ({B},), got {tuple(advantages.shape)}"
+                    f"advantages must be one value per row of the episode (a conversation's turn), shape ({B},), "
+                    f"got {tuple(advantages.shape)}"
                 )
+            if c.kl_penalty == "reward":  # this learner's own KL penalty, on the team's advantage
+                advantages = advantages - kl_coef * s["kl"].sum(-1)
         self._refuse_non_finite_inputs(advantages=advantages)  # what every minibatch's loss reads
         token_advantages = advantages[:, None].expand(B, T)
 

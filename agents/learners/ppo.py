@@ -197,6 +197,7 @@ class PPOLearner(LMLearner):
         *,
         advantages: torch.Tensor | np.ndarray | Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
         returns: torch.Tensor | np.ndarray | None = None,
+        whiten: bool | None = None,
     ) -> dict[str, float]:
         """One PPO update on one batched episode; returns the iteration's statistics.
 
@@ -210,7 +211,13 @@ class PPOLearner(LMLearner):
         each answer's last token, what its own GAE would read; ``mask`` 1 on response tokens), called once
         after the scoring pass, for a team critic that needs the KL penalty. ``returns`` (same shape),
         given with them, are the targets of this learner's value head; without them its value head is
-        left out of the update (no value loss): the team's critic replaces it."""
+        left out of the update (no value loss): the team's critic replaces it.
+
+        ``whiten``: whether the advantages are whitened over the batch (default: ``whiten_advantages``); ``False``
+        keeps a team's shared advantage as it is given (the same for every agent of a conversation). The KL
+        penalty is this learner's either way: it is in the per-token ``rewards`` a callable ``advantages``
+        receives (``-kl_coef * KL_t``; the score sits at each answer's last token), which a team adds to its own
+        estimate to keep each member near its reference."""
         c = self.config
         B, T = ep.input_ids.shape[0], ep.response_width
         if B % c.mini_batch(B):
@@ -244,7 +251,7 @@ class PPOLearner(LMLearner):
             advantages, returns = gae(rewards, s["values"], mask, c.gamma, c.lam)
         else:
             advantages, returns = gae_over_turns(rewards, s["values"], mask, ep.turns, c.gamma, c.lam)
-        if c.whiten_advantages:
+        if c.whiten_advantages if whiten is None else whiten:
             advantages = self.data_parallel.whiten(advantages, mask)
         if advantage_weights is not None:
             weights = torch.as_tensor(advantage_weights, dtype=advantages.dtype, device=self.device)

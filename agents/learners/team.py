@@ -34,8 +34,8 @@ environment's (:class:`~cory_env.RoleExchangeWrapper`): ``TeamEpisode.roles`` sa
 
 :class:`IndependentLearners` is the team of per-agent learners that each learn alone (CORY:
 independent PPO on the collective reward); the trainer wraps a per-agent ``--learner`` in it.
-Register a team learner as a :class:`cory_agents.training.registry.TeamFactory` in
-:data:`cory_agents.training.registry.LEARNERS`; see docs/plug-in-your-algorithm.md ("Team learners").
+Register a team learner with a :class:`cory_agents.training.registry.TeamFactory` as its factory
+(:func:`cory_agents.training.registry.register_learner`); see docs/plug-in-your-algorithm.md ("Team learners").
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ class TeamLearner(Protocol):
 
 class IndependentLearners:
     """Per-agent learners, each learning alone from its own episode (in chain order): CORY's
-    independent PPO, or any ``--learner`` of :data:`~cory_agents.training.registry.LEARNERS`.
+    independent PPO, or any per-agent ``--learner`` (:func:`~cory_agents.training.registry.learner_spec`).
 
     ``around(name, role)``, if given, is a context manager each member's update runs in
     (``--gradient-checkpointing-observer``: the trainer's)."""

@@ -7,7 +7,8 @@ A run flows one way: :mod:`~cory_agents.training.config` (settings, resolved and
   presets, :func:`~cory_agents.training.config.resolve` and the rules of a resume;
 - :mod:`~cory_agents.training.sections`: the command line's sections (task, model, game, generation,
   output, speed), of which with the learners' own configs ``TrainConfig`` is made;
-- :mod:`~cory_agents.training.registry`: the ``--learner`` factories (``LEARNERS``) and configs;
+- :mod:`~cory_agents.training.registry`: the ``--learner`` registry (``LearnerSpec``: factory, config, capabilities;
+  installed packages' entry points), with :mod:`~cory_agents.training.capabilities`;
 - :mod:`~cory_agents.training.build`: :func:`~cory_agents.training.build.assemble`: the run's task, devices,
   models, learners and game;
 - :mod:`~cory_agents.training.trainer`: the :class:`~cory_agents.training.trainer.Trainer` loop (rollout,

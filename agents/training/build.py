@@ -1,7 +1,7 @@
 """Building a run from its resolved :class:`~cory_agents.training.config.TrainConfig`: :func:`assemble`.
 
 :func:`assemble` is the whole of it, top to bottom: the task, the devices, the tokenizers, the
-prompts and the reward, the models, one learner per agent (``LEARNERS[config.learner]``,
+prompts and the reward, the models, one learner per agent (``--learner``'s factory,
 :mod:`cory_agents.training.registry`), and the game they play. Its parts:
 
 - :func:`select_devices`: the main device and each learner's (``--device``, ``--learner-devices``,
@@ -40,8 +40,9 @@ from cory_agents.learners.team import IndependentLearners, TeamLearner, TeamRun
 from cory_agents.speed import padding_free
 from cory_agents.speed.cpu_linear import use_cpu_linear
 from cory_agents.speed.host_memory import retain_freed_memory
-from cory_agents.training.config import TrainConfig, build_task, check_group_size, learner_devices, parse_device
-from cory_agents.training.registry import LEARNERS, TeamFactory
+from cory_agents.training.config import TrainConfig, build_task, check_group_size
+from cory_agents.training.devices import learner_devices, parse_device
+from cory_agents.training.registry import TeamFactory, learner_spec
 from cory_env import CollectiveRewardWrapper, RoleExchangeWrapper, env
 from cory_env.errors import UsageError
 from cory_env.models import hugging_face_model, load_causal_lm, load_tokenizer
@@ -102,8 +103,14 @@ def assemble(
     team = build_team(config, learners, team_run)
     if dp.is_distributed:  # after the initial weights, each process draws its own data
         seed_everything(dp.seed(config.seed))
-    group_size = int(getattr(learners[names[0]], "group_size", 1))
-    check_group_size(config.batch_size, group_size, config.learner)  # resolve knows only the registered configs
+    group_size = config.group_size_of_learner()  # the learner's own setting, if it declares groups
+    check_group_size(config.batch_size, group_size, config.learner)
+    if stray := {n: g for n, learner in learners.items() if (g := getattr(learner, "group_size", 1)) != group_size}:
+        raise UsageError(
+            f"--learner {config.learner} built learners with group_size {stray} but the run plays groups of "
+            f"{group_size}: the group size is the learner's setting, group_size in its config section, and needs "
+            f"supports=Capabilities(groups=True) where the learner is registered"
+        )
     if group_size > 1:  # each prompt group_size times in a row: groups of responses to compare
         prompts = repeat_each(prompts, group_size)
     game = env(
@@ -139,16 +146,16 @@ def build_learners(
     devices: dict[str, torch.device],
     dp: DataParallel,
 ) -> dict[str, Learner]:
-    """One learner per name, from ``LEARNERS[config.learner]`` (a team learner's: its members', from
-    ``LEARNERS[member]``), each :class:`~cory_agents.learners.lm.LMLearner` named as the run names it (its
+    """One learner per name, from the factory of ``--learner`` (a team learner's: its members', from
+    its ``member``'s), each :class:`~cory_agents.learners.lm.LMLearner` named as the run names it (its
     ``name``); in a data-parallel run every process starts from process 0's weights (value heads included)."""
     sampling = dict(do_sample=True, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)
     if config.compile:  # a static cache of a turn's length, at most the context window
         sampling |= dict(cache_length=config.context_length, max_new_tokens=config.max_new_tokens)
     extra = {"data_parallel": dp} if dp.is_distributed or dp.sharded else {}
-    factory = LEARNERS[config.learner]
+    factory = learner_spec(config.learner).factory
     if isinstance(factory, TeamFactory):
-        factory = LEARNERS[factory.member]
+        factory = learner_spec(factory.member).factory
     learners: dict[str, Learner] = {}
     for i, name in enumerate(names):
         learner = factory(
@@ -175,12 +182,12 @@ def build_learners(
 
 
 def build_team(config: TrainConfig, learners: dict[str, Learner], run: TeamRun) -> TeamLearner:
-    """The learners as one team learner: ``LEARNERS[config.learner]``'s when it is a
+    """The learners as one team learner: ``--learner``'s factory when it is a
     :class:`~cory_agents.training.registry.TeamFactory`, else :class:`~cory_agents.learners.team.IndependentLearners`
     (each learner alone, its update recomputing activations as the observer with
     ``--gradient-checkpointing-observer``). A factory's ``build`` that takes ``run`` gets it (:class:`TeamRun`:
     the device, tokenizers, references, processes, and the modules the team owns)."""
-    factory = LEARNERS[config.learner]
+    factory = learner_spec(config.learner).factory
     if not isinstance(factory, TeamFactory):
         return IndependentLearners(learners, around=observer_recomputation(config, learners))
     takes_run = any(

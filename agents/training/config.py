@@ -16,10 +16,9 @@ import dataclasses
 import functools
 import importlib.util
 import json
+import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar
-
-import torch
 
 from cory_agents.distributed.data_parallel import DataParallel
 from cory_agents.learners.difference import DifferenceConfig
@@ -28,7 +27,8 @@ from cory_agents.learners.happo import HAPPOConfig
 from cory_agents.learners.lm import LMLearnerConfig, default_mini_batch_size
 from cory_agents.learners.mappo import MAPPOConfig
 from cory_agents.learners.ppo import PPOConfig
-from cory_agents.training.registry import LEARNER_CONFIGS, LEARNERS, TeamFactory
+from cory_agents.training.devices import check_devices
+from cory_agents.training.registry import TeamFactory, available_learners, learner_spec
 from cory_agents.training.sections import (
     ALGOS,
     GameConfig,
@@ -81,9 +81,12 @@ class TrainConfig(
         """The checks that need no preset, task or machine: a bad value fails when the config is made."""
         if self.algo not in ALGOS:
             raise UsageError(f"algo must be one of {ALGOS}, got {self.algo!r}")
-        if self.learner not in LEARNERS:
+        spec = learner_spec(self.learner)  # an unknown learner fails naming the others
+        missing = [f.name for f in dataclasses.fields(spec.config) if f.init and not hasattr(self, f.name)]
+        if missing:
             raise UsageError(
-                f"learner must be one of {sorted(LEARNERS)} (or registered in LEARNERS), got {self.learner!r}"
+                f"this config lacks --learner {self.learner}'s own settings ({', '.join(missing)}): make it with "
+                f"TrainConfig.for_learner({self.learner!r})(...), or parse it (cory_agents.cli.train.parse_config)"
             )
         for name in ("iterations", "batch_size", "checkpoint_every", "keep_checkpoints", "role_exchange_period"):
             value = getattr(self, name)
@@ -112,17 +115,17 @@ class TrainConfig(
             )
         if self.templates:
             self.template_list()  # a bad list fails now
-        if self.rounds > 1 and self.learner not in ("ppo", "mappo", "happo", "difference"):
-            raise UsageError(
-                f"--rounds {self.rounds} trains with --learner ppo, mappo, happo or difference (GAE across an agent's "
-                f"turns); --learner "
-                f"{self.learner} learns from one turn per agent: use --rounds 1 with it"
-            )
-        if self.learner == "mappo" and len(set(models)) > 1:
-            raise UsageError(
-                f"--learner mappo trains one critic for the whole team, reading every agent's tokens: --models lists "
-                f"{len(set(models))} different models; give one model (--model), or use --learner ppo or happo"
-            )
+        refusal = spec.supports.refusal(
+            self.learner,
+            rounds=self.rounds,
+            turn_rewards=self.turn_rewards,
+            agents=self.chain_length(),
+            different_models=len(set(models)) > 1,
+            lora=self.lora,
+            compile=self.compile,
+        )
+        if refusal:
+            raise UsageError(refusal)
         if self.rounds > 1 and getattr(self, "score_scaling", False):
             raise UsageError(
                 f"--score-scaling with --rounds {self.rounds} would scale (and with --score-norm shift) the 0 that "
@@ -180,31 +183,76 @@ class TrainConfig(
         mini = self.mini_batch(self.batch_size)
         if self.batch_size % mini:
             raise UsageError(f"--batch-size {self.batch_size} must be a multiple of --mini-batch-size {mini}")
-        if isinstance(self.learner_config(), GRPOConfig):
-            check_group_size(self.batch_size, self.group_size, self.learner)
+        if (group_size := self.group_size_of_learner()) > 1:
+            check_group_size(self.batch_size, group_size, self.learner)
+
+    def group_size_of_learner(self) -> int:
+        """Responses per prompt the learner compares: its section's ``group_size`` if it declares groups
+        (:class:`~cory_agents.training.capabilities.Capabilities`), else 1. A team's is its own setting."""
+        if not learner_spec(self.learner).supports.groups:
+            return 1
+        return int(getattr(self.learner_config(), "group_size", 1))
+
+    @classmethod
+    def for_learner(cls, *learners: str) -> type[TrainConfig]:
+        """The config class holding the settings of ``learners`` (:func:`config_class`)."""
+        return config_class(*learners)
 
     @classmethod
     def from_sections(cls, *sections: Any) -> TrainConfig:
-        """The config of the sections a command line parsed (:func:`sections`); the settings of
-        learners other than the chosen one keep their defaults."""
-        return cls(**{f.name: getattr(s, f.name) for s in sections for f in dataclasses.fields(s) if f.init})
+        """The config of the sections a command line parsed (:func:`sections_for`), of the class that holds
+        their learners' settings (:func:`config_class`); the settings of other learners keep their defaults."""
+        values = {f.name: getattr(s, f.name) for s in sections for f in dataclasses.fields(s) if f.init}
+        own = [getattr(s, "learner_name", None) for s in sections]
+        return config_class(values.get("learner", cls.learner), *[n for n in own if n])(**values)
 
     def learner_config(self, section: type[LMLearnerConfig] | None = None) -> LMLearnerConfig:
-        """The learner's own config (:data:`~cory_agents.training.registry.LEARNER_CONFIGS`: ``PPOConfig``,
-        ``GRPOConfig``, ``RLOOConfig``), or ``section`` (a learner you register that reuses PPO's, say),
-        holding this run's values: its fields, read by name."""
+        """The learner's own config (its :class:`~cory_agents.training.registry.LearnerSpec`'s section: ``PPOConfig``,
+        ``GRPOConfig``, ...), or ``section`` (a learner you register that reuses PPO's, say), holding this run's
+        values: its fields, read by name."""
         section = section or learner_section(self.learner)
         return section(**{f.name: getattr(self, f.name) for f in dataclasses.fields(section) if f.init})
 
 
+@functools.cache
+def _config_class(sections: tuple[type, ...]) -> type[TrainConfig]:
+    name = "TrainConfig_" + "_".join(s.__name__ for s in sections)
+    redeclared = []  # the sections' defaults win over TrainConfig's for a setting both have
+    for section in sections:
+        hints = typing.get_type_hints(section)
+        for f in dataclasses.fields(section):
+            if f.init:
+                copy = dataclasses.field(default=f.default, default_factory=f.default_factory, metadata=f.metadata)
+                redeclared.append((f.name, hints[f.name], copy))
+    klass = dataclasses.make_dataclass(name, redeclared, bases=(TrainConfig, *sections), kw_only=True)
+    klass.__module__ = __name__
+    return klass
+
+
+def config_class(*learners: str) -> type[TrainConfig]:
+    """The config class that holds the settings of ``learners``: :class:`TrainConfig` for the built-in
+    learners' sections (its own), else a subclass with the other learners' sections' fields (an installed
+    learner's own flags), made once per set of sections."""
+    extra = tuple(dict.fromkeys(s for s in map(learner_section, learners) if s not in TrainConfig.__mro__))
+    return _config_class(extra) if extra else TrainConfig
+
+
 def sections_for(learner: str) -> tuple[type, ...]:
     """The command line's sections for ``--learner learner``, in ``--help``'s order: the learner's
-    own config (:data:`~cory_agents.training.registry.LEARNER_CONFIGS`) between the game and the generation."""
-    return TaskConfig, ModelConfig, GameConfig, learner_section(learner), GenerationConfig, OutputConfig, SpeedConfig
+    own config (:class:`~cory_agents.training.registry.LearnerSpec`) between the game and the generation
+    (under the learner's heading: its section's own ``_argument_group_name``, else ``Learner NAME``)."""
+    return TaskConfig, ModelConfig, GameConfig, titled_section(learner), GenerationConfig, OutputConfig, SpeedConfig
+
+
+def titled_section(learner: str) -> type:
+    """``learner``'s section as the command line shows it: under its own heading, knowing its learner."""
+    section = learner_section(learner)
+    title = vars(section).get("_argument_group_name") or f"Learner {learner}: its own settings"
+    return type(section.__name__, (section,), {"_argument_group_name": title, "learner_name": learner})
 
 
 def learners_taking(arg: str) -> list[str]:
-    """The learners (:data:`~cory_agents.training.registry.LEARNER_CONFIGS`) whose section has the flag
+    """The learners (:func:`~cory_agents.training.registry.available_learners`) whose section has the flag
     ``arg`` (``--group-size``, ``--group_size=8``); none for a word that is not a flag.
 
     >>> learners_taking("--group-size=8"), learners_taking("--happo_factor_clip"), learners_taking("8")
@@ -213,18 +261,20 @@ def learners_taking(arg: str) -> list[str]:
     if not arg.startswith("--"):
         return []
     name = arg[2:].split("=")[0].replace("-", "_")
-    return [
-        learner for learner, section in LEARNER_CONFIGS.items() if name in {f.name for f in dataclasses.fields(section)}
-    ]
+    taking = []
+    for learner in available_learners():
+        try:
+            section = learner_section(learner)
+        except UsageError:  # an installed learner that cannot load is reported when chosen
+            continue
+        if name in {f.name for f in dataclasses.fields(section)}:
+            taking.append(learner)
+    return taking
 
 
 def learner_section(learner: str) -> type[LMLearnerConfig]:
-    """``--learner learner``'s config (:data:`~cory_agents.training.registry.LEARNER_CONFIGS`); for a team
-    learner registered without one, its members'; else the shared :class:`LMLearnerConfig`."""
-    if learner in LEARNER_CONFIGS:
-        return LEARNER_CONFIGS[learner]
-    factory = LEARNERS.get(learner)
-    return learner_section(factory.member) if isinstance(factory, TeamFactory) else LMLearnerConfig
+    """``--learner learner``'s own config section (:class:`~cory_agents.training.registry.LearnerSpec`)."""
+    return learner_spec(learner).config
 
 
 def check_group_size(batch_size: int, group_size: int, learner: str) -> None:
@@ -267,6 +317,15 @@ def resolve(config: TrainConfig, data_parallel: DataParallel | None = None) -> T
         derived["num_agents"] = config.chain_length()
     config = dataclasses.replace(config, **derived)
     config.check_batch()
+    launch = "FSDP" if dp.fsdp is not None else "DeepSpeed ZeRO" if dp.zero is not None else ""
+    refusal = learner_spec(config.learner).supports.refusal(
+        config.learner,
+        private_fields=bool(task.private_fields),
+        group_size=int(getattr(config.learner_config(), "group_size", 1)),
+        launch=launch or ("data parallel" if dp.is_distributed else ""),
+    )
+    if refusal:
+        raise UsageError(refusal)
     config = dataclasses.replace(config, report_to=",".join(resolve_report_to(config.report_to)) or "none")
     if dp.fsdp is not None and config.lora:
         raise UsageError(
@@ -283,7 +342,7 @@ def resolve(config: TrainConfig, data_parallel: DataParallel | None = None) -> T
             "--gradient-checkpointing-observer applies to CORY's observer in a single process or data-parallel run; "
             "with --algo ppo, FSDP or DeepSpeed use --gradient-checkpointing (every update)"
         )
-    if config.gradient_checkpointing_observer and isinstance(LEARNERS[config.learner], TeamFactory):
+    if config.gradient_checkpointing_observer and isinstance(learner_spec(config.learner).factory, TeamFactory):
         raise UsageError(
             f"--gradient-checkpointing-observer recomputes activations in the observer's update; the team learner "
             f"{config.learner!r} runs its members' updates itself: use --gradient-checkpointing (every update)"
@@ -310,52 +369,6 @@ def resolve(config: TrainConfig, data_parallel: DataParallel | None = None) -> T
     if dp.bf16 and not config.bf16:
         config = dataclasses.replace(config, bf16=True)
     return config
-
-
-def parse_device(spec: str, flag: str) -> torch.device:
-    """A device name (``cpu``, ``cuda``, ``cuda:N``, ...) as torch reads it; a name torch does not know fails
-    with a UsageError naming ``flag`` (and ``auto``, which only ``--device`` takes, where it applies). Whether
-    the device exists here is not checked."""
-    try:
-        return torch.device(spec)
-    except RuntimeError as exc:
-        forms = "cpu, cuda, cuda:N or auto" if flag == "--device" else "cpu, cuda, cuda:N"
-        raise UsageError(f"{flag} {spec!r}: {exc} (give {forms})") from exc
-
-
-def learner_devices(config: TrainConfig) -> list[torch.device]:
-    """``--learner-devices``, parsed: one device per learner (empty when not given)."""
-    specs = [s.strip() for s in config.learner_devices.split(",") if s.strip()]
-    return [parse_device(s, "--learner-devices") for s in specs]
-
-
-def check_devices(config: TrainConfig, dp: DataParallel) -> None:
-    """``--device`` and ``--learner-devices`` against each other, the learners and the launcher. Whether a
-    device exists on this machine is checked where it is used (:func:`cory_agents.training.build.select_devices`)."""
-    if dp.is_distributed:
-        if config.learner_devices:
-            raise UsageError(
-                "--learner-devices is for a single process; under accelerate launch each process uses its own "
-                "device (drop --learner-devices, or run without accelerate launch)"
-            )
-        if config.device != "auto" and parse_device(config.device, "--device").type != dp.device.type:
-            raise UsageError(
-                f"--device {config.device} conflicts with the launcher's device {dp.device}: drop --device "
-                f"(CUDA_VISIBLE_DEVICES= runs the processes on CPUs)"
-            )
-        return
-    if not config.learner_devices:
-        return
-    names, devices = config.learner_names(), learner_devices(config)
-    if len(devices) != len(names):
-        raise UsageError(
-            f"--learner-devices lists {len(devices)} device(s) for {len(names)} learner(s) ({', '.join(names)}): "
-            f"give one per learner, e.g. --learner-devices {','.join(f'cuda:{i}' for i in range(len(names)))}"
-        )
-    if config.lora and len(set(devices)) > 1:
-        raise UsageError("--learner-devices with different devices needs full fine-tuning: --lora shares one base")
-    if config.device != "auto":
-        raise UsageError("give either --device or --learner-devices, not both")
 
 
 #: The paper's IMDB settings (tables 1-2); explicit flags still win.

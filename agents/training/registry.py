@@ -1,11 +1,23 @@
-"""The ``--learner`` registry: :data:`LEARNERS`, the factories that build one learner each.
+"""The ``--learner`` registry: each learner's factory, its own settings and what it supports.
+
+A learner is registered as a :class:`LearnerSpec` (:func:`register_learner`): its factory, its config
+section (a dataclass of its own settings, each a flag of ``cory-train``) and its
+:class:`~cory_agents.training.capabilities.Capabilities`. An installed package registers its learners
+for every command (``cory-train``, ``cory-eval``, ``cory-export``, ``cory-bench``) with an entry point
+of the group :data:`ENTRY_POINT_GROUP` naming a :class:`LearnerSpec`::
+
+    [project.entry-points."cory_env.learners"]
+    magrpo = "magrpo_learner:MAGRPO"
+
+:func:`learner_spec` finds a name among the registered learners and the entry points (loading only the
+one asked for); a name that two packages declare is refused naming both.
 
 A factory is called once per learner when a run is assembled (:func:`cory_agents.training.build.assemble`)::
 
     factory(config, *, policy, reference, seed, sampling, device)
 
 ``config`` is the run's resolved :class:`~cory_agents.training.config.TrainConfig` (its
-``learner_config()``: the learner's own config, :data:`LEARNER_CONFIGS`), ``policy`` this
+``learner_config()``: the learner's own section, :attr:`LearnerSpec.config`), ``policy`` this
 learner's trainable causal LM (full copy or LoRA adapter view, on ``device``), ``reference``
 its frozen reference (learners on one device share it), ``sampling`` LMActor's keyword
 arguments. Under ``accelerate launch`` the factory also gets ``data_parallel``
@@ -15,23 +27,21 @@ equal, and under FSDP shard any module it adds to ``policy`` (``data_parallel.sh
 building its optimizer (``policy`` and ``reference`` come sharded).
 
 A *team learner* (:mod:`cory_agents.learners.team`: one object that learns for all the agents at once
-from the whole team's episodes) is registered as a :class:`TeamFactory`: its members are built by
-the per-agent factory ``LEARNERS[member]``, one per agent as above, then ``build(config, members,
+from the whole team's episodes) has a :class:`TeamFactory` as its factory: its members are built by
+the per-agent factory of the learner ``member``, one per agent as above, then ``build(config, members,
 seed=config.seed)`` makes the team (a ``build`` that takes ``run`` also gets the run's
 :class:`~cory_agents.learners.team.TeamRun`, to own modules). ``happo`` (:mod:`cory_agents.learners.happo`),
 ``difference`` (:mod:`cory_agents.learners.difference`) and ``mappo`` (:mod:`cory_agents.learners.mappo`) are team
-learners over PPO members.
-
-Register another algorithm with ``LEARNERS["name"] = factory`` (or a ``TeamFactory``) before the
-config is made (or the command-line parser built): see docs/plug-in-your-algorithm.md. This
-module reads the config only through the factories' argument, so the config can name the
-registry's choices without importing the rest of the build.
+learners over PPO members. See docs/plug-in-your-algorithm.md. This module reads the config only
+through the factories' argument, so the config can name the registry's choices without importing the
+rest of the build.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import importlib.metadata
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 from cory_agents.learners.base import Learner
 from cory_agents.learners.difference import DifferenceConfig, DifferenceRewards
@@ -45,6 +55,8 @@ from cory_agents.learners.value_model import CausalLMWithValueHead
 from cory_agents.speed import padding_free
 from cory_agents.speed.cpu_linear import use_cpu_linear
 from cory_agents.speed.scoring_reuse import reuse_scoring_pass
+from cory_agents.training.capabilities import Capabilities
+from cory_env.errors import UsageError
 from cory_env.models import load_causal_lm
 
 LearnerFactory = Callable[..., Learner]
@@ -109,25 +121,147 @@ def mappo_team(config, members, *, seed, run: TeamRun) -> MAPPO:
     return MAPPO(members, critic, tokenizer, run, config.learner_config(), seed=seed)
 
 
-#: ``--learner`` choices, by name: a per-agent factory, or a :class:`TeamFactory`.
-LEARNERS: dict[str, LearnerFactory | TeamFactory] = {
-    "ppo": ppo_learner,
-    "grpo": grpo_learner,
-    "rloo": rloo_learner,
-    "happo": TeamFactory("ppo", happo_team),
-    "difference": TeamFactory("ppo", difference_team),
-    "mappo": TeamFactory("ppo", mappo_team),
-}
+@dataclass(frozen=True)
+class LearnerSpec:
+    """What ``--learner NAME`` builds: its ``factory`` (per-agent, or a :class:`TeamFactory`), its ``config``
+    section (its own settings: a dataclass of :func:`~cory_agents.learners.lm.flag` fields, usually a subclass of
+    :class:`~cory_agents.learners.lm.LMLearnerConfig`; a team's members get the team's) and what it
+    ``supports``. ``origin``: the distribution that declared it (entry points), for messages."""
 
-#: Each learner's own config: its section of the command line (``cory-train --learner NAME --help``)
-#: and what ``TrainConfig.learner_config()`` gives its factory (a team's members get the team's). A
-#: learner registered without one gets the shared :class:`~cory_agents.learners.lm.LMLearnerConfig`
-#: section; its factory reads any other setting from the run's config.
-LEARNER_CONFIGS: dict[str, type[LMLearnerConfig]] = {
-    "ppo": PPOConfig,
-    "grpo": GRPOConfig,
-    "rloo": RLOOConfig,
-    "happo": HAPPOConfig,
-    "difference": DifferenceConfig,
-    "mappo": MAPPOConfig,
+    factory: LearnerFactory | TeamFactory
+    config: type = LMLearnerConfig
+    supports: Capabilities = field(default_factory=Capabilities)
+    origin: str = ""
+
+
+PPO_SUPPORTS = Capabilities.all()
+GROUP_SUPPORTS = Capabilities.all(rounds=False, turn_rewards=False)
+TEAM_SUPPORTS = Capabilities.all(groups=False)
+
+#: The learners by name, built-in and registered (:func:`register_learner`); installed packages' are found
+#: through :data:`ENTRY_POINT_GROUP` by :func:`learner_spec` and kept here once loaded.
+LEARNERS: dict[str, LearnerSpec] = {
+    "ppo": LearnerSpec(ppo_learner, PPOConfig, Capabilities.all(groups=False)),
+    "grpo": LearnerSpec(grpo_learner, GRPOConfig, GROUP_SUPPORTS),
+    "rloo": LearnerSpec(rloo_learner, RLOOConfig, GROUP_SUPPORTS),
+    "happo": LearnerSpec(TeamFactory("ppo", happo_team), HAPPOConfig, TEAM_SUPPORTS),
+    "difference": LearnerSpec(TeamFactory("ppo", difference_team), DifferenceConfig, TEAM_SUPPORTS),
+    "mappo": LearnerSpec(
+        TeamFactory("ppo", mappo_team), MAPPOConfig, Capabilities.all(groups=False, different_models=False)
+    ),
 }
+BUILT_IN = frozenset(LEARNERS)
+_CHECKED: set[str] = set()  # names checked against the installed packages' entry points
+
+#: The entry-point group installed packages declare learners in (rewards: ``cory_env.rewards``).
+ENTRY_POINT_GROUP = "cory_env.learners"
+
+
+def register_learner(
+    name: str,
+    factory: LearnerFactory | TeamFactory,
+    *,
+    config: type | None = None,
+    supports: Capabilities | None = None,
+) -> LearnerSpec:
+    """Make ``--learner name`` build ``factory``, with its own ``config`` section (default: a team's
+    member's, else :class:`~cory_agents.learners.lm.LMLearnerConfig`) and what it ``supports`` (default: a
+    plain per-agent learner's, :class:`~cory_agents.training.capabilities.Capabilities`). Register before the
+    command line is parsed. A name registered already is refused: :func:`unregister_learner` it first."""
+    if name in LEARNERS:
+        raise ValueError(f"a learner named {name!r} is registered already: unregister_learner({name!r}) first")
+    if config is None:
+        config = learner_spec(factory.member).config if isinstance(factory, TeamFactory) else LMLearnerConfig
+    LEARNERS[name] = spec = LearnerSpec(factory, config, supports or Capabilities())
+    return spec
+
+
+def unregister_learner(name: str) -> None:
+    """Forget a learner :func:`register_learner` added (a built-in stays)."""
+    if name not in BUILT_IN:
+        LEARNERS.pop(name, None)
+        _CHECKED.discard(name)
+
+
+def _entry_points() -> dict[str, list[importlib.metadata.EntryPoint]]:
+    """The group's entry points by name, one per declaring distribution."""
+    found: dict[str, dict[str, importlib.metadata.EntryPoint]] = {}
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        found.setdefault(ep.name, {}).setdefault(_distribution(ep), ep)  # a distribution seen twice on sys.path
+    return {name: list(by_dist.values()) for name, by_dist in found.items()}
+
+
+def _distribution(entry_point: importlib.metadata.EntryPoint) -> str:
+    return getattr(entry_point.dist, "name", None) or "an installed package"
+
+
+def available_learners() -> list[str]:
+    """Every ``--learner`` name, without importing anything: the registered ones in their order (the built-in
+    ones first), then installed packages' entry points."""
+    return [*LEARNERS, *sorted(set(_entry_points()) - set(LEARNERS))]
+
+
+def learner_spec(name: str) -> LearnerSpec:
+    """The :class:`LearnerSpec` of ``--learner name``: a registered learner, or an installed package's entry point
+    (loaded now, then kept). A name declared by two packages (or by a package and cory-env) is refused naming
+    both; an unknown name lists the others."""
+    known = LEARNERS.get(name)
+    if known is not None and not isinstance(known, LearnerSpec):  # LEARNERS[name] = factory: a plain registration
+        known = LEARNERS[name] = register_default(known)
+    if known is not None and name in _CHECKED:
+        return known
+    declared = [ep for ep in _entry_points().get(name, []) if known is None or known.origin != _distribution(ep)]
+    owners = ([("cory-env" if name in BUILT_IN else known.origin or "this program")] if known else []) + [
+        _distribution(ep) for ep in declared
+    ]
+    if len(owners) > 1:
+        raise UsageError(
+            f"--learner {name} is declared by {' and by '.join(owners)}: uninstall one of them (pip uninstall), "
+            f"or rename its entry point in the group {ENTRY_POINT_GROUP!r}"
+        )
+    if known is not None:
+        _CHECKED.add(name)
+        return known
+    if not declared:
+        raise UsageError(
+            f"--learner {name!r} is not a learner: choose one of {', '.join(available_learners())}, register yours "
+            f"(register_learner), or install a package that declares it (entry point group {ENTRY_POINT_GROUP!r})"
+        )
+    LEARNERS[name] = spec = _load(declared[0])
+    return spec
+
+
+def register_default(factory: LearnerFactory | TeamFactory) -> LearnerSpec:
+    """The spec of a factory put in :data:`LEARNERS` by itself: the defaults of :func:`register_learner`."""
+    config = learner_spec(factory.member).config if isinstance(factory, TeamFactory) else LMLearnerConfig
+    return LearnerSpec(factory, config)
+
+
+def _load(entry_point: importlib.metadata.EntryPoint) -> LearnerSpec:
+    dist = _distribution(entry_point)
+    where = f"{dist} (entry point {entry_point.name} = {entry_point.value!r} in the group {ENTRY_POINT_GROUP!r})"
+    try:
+        spec = entry_point.load()
+    except Exception as exc:  # noqa: BLE001 - reported with where it came from
+        raise UsageError(
+            f"--learner {entry_point.name}, declared by {where}, cannot be loaded: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(spec, LearnerSpec):
+        raise UsageError(
+            f"--learner {entry_point.name}, declared by {where}, is a {type(spec).__name__}: the entry point must "
+            f"name a cory_agents.training.registry.LearnerSpec (LearnerSpec(factory, config=..., supports=...))"
+        )
+    return LearnerSpec(spec.factory, spec.config, spec.supports, origin=dist)
+
+
+class LearnerNames:
+    """The ``--learner`` choices as argparse reads them (``in``, iteration): :func:`available_learners`, live."""
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(available_learners())
+
+    def __contains__(self, name: object) -> bool:
+        return name in available_learners()
+
+    def __len__(self) -> int:
+        return len(available_learners())

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from cory_agents.learners.lm import flag
-from cory_agents.training.registry import LEARNERS
+from cory_agents.training.registry import LearnerNames
 from cory_env.errors import UsageError
 from cory_env.models import EMBEDDED_MODEL
 from cory_env.tasks import TASKS
@@ -70,7 +70,10 @@ class ModelConfig:
 
     _argument_group_name: ClassVar[str] = "Model: what is fine-tuned, and where"
 
-    model: str = flag(EMBEDDED_MODEL, "model name or path (Hub name, local folder, or the embedded smollm2-135m)")
+    model: str = flag(
+        EMBEDDED_MODEL,
+        "model name or path (Hub name, local folder, the embedded smollm2-135m, or tiny: random weights that learn nothing, for smoke runs)",
+    )
     models: str = flag(
         "",
         "a team of different models: one per agent, comma-separated, llm_0 first (e.g. smollm2-135m,gpt2-large); each has its own tokenizer and frozen reference (empty: --model for every agent)",
@@ -109,8 +112,9 @@ class GameConfig:
     learner: str = flag(
         "ppo",
         "learning algorithm: ppo (value head, GAE); grpo or rloo (critic-free, --group-size responses per prompt), "
-        "each agent alone; happo (sequential PPO updates) or difference (difference rewards), the team at once",
-        choices=LEARNERS.keys(),
+        "each agent alone; happo (sequential PPO updates), mappo (a centralised critic) or difference (difference "
+        "rewards), the team at once; or a learner an installed package declares (entry points cory_env.learners)",
+        choices=LearnerNames(),
     )
     iterations: int = flag(45, "training iterations (one batched episode each; at least 1)")
     batch_size: int = flag(32, "conversations per iteration")

@@ -12,7 +12,7 @@ The trainer is the loop. What it plays comes from two steps that run before it:
 :func:`~cory_agents.training.build.assemble` (task, models, learners, game). Each iteration: one
 batched episode (the rollout), then the team's update: ``team.learn`` with every learner's
 episode (:mod:`cory_agents.learners.team`; per-agent learners each learn alone, a team learner such as
-HAPPO learns for all at once). A learner is built by the factory ``LEARNERS[config.learner]``
+HAPPO learns for all at once). A learner is built by ``--learner``'s factory (:func:`~cory_agents.training.registry.learner_spec`)
 (``--learner ppo|grpo|rloo|happo|difference``, :mod:`cory_agents.training.registry`); any object with
 the :class:`~cory_agents.learners.base.Learner` or :class:`~cory_agents.learners.team.TeamLearner`
 interface can be registered there.

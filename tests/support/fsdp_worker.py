@@ -9,8 +9,9 @@ from cory_agents.distributed.fsdp import is_sharded
 from cory_agents.learners.ppo import PPOConfig, PPOLearner
 from cory_agents.learners.value_model import CausalLMWithValueHead
 from cory_agents.training.build import trainable_parameters as _trainable_parameters
+from cory_agents.training.capabilities import Capabilities
 from cory_agents.training.config import TrainConfig
-from cory_agents.training.registry import LEARNERS
+from cory_agents.training.registry import register_learner
 from cory_agents.training.trainer import Trainer
 from tests.support.toy import fraction_good
 from tests.support.two_processes import join_two_processes, one_iteration
@@ -46,7 +47,7 @@ def fsdp_worker(rank: int, port: int, model: str, results: str) -> None:
         local=sum(p.to_local().numel() for p in reference.parameters()),
         whole=sum(p.numel() for p in reference.parameters()),
     )
-    LEARNERS["unsharded_head"] = unsharded_head_learner
+    register_learner("unsharded_head", unsharded_head_learner, supports=Capabilities.all())
     try:
         plug_in = TrainConfig(**{**trainer.config.__dict__, "learner": "unsharded_head"})
         Trainer(plug_in, prompts=["a b"], reward_fn=fraction_good)

@@ -33,7 +33,7 @@ def toy_config(model: Path, out: Path, **kw) -> TrainConfig:
         context_length=48,
     )
     defaults.update(kw)
-    return TrainConfig(**defaults)
+    return TrainConfig.for_learner(defaults.get("learner", TrainConfig.learner))(**defaults)
 
 
 def reward_curve(out: Path, learner: str) -> np.ndarray:

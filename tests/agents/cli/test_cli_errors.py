@@ -517,9 +517,14 @@ def test_cory_eval_names_the_prompt_source_as_cory_train_does(argv, capsys):
         (["--rounds", "0"], "--rounds must be a number at least 1"),
         (
             ["--rounds", "2", "--learner", "grpo", "--group-size", "2"],
-            "--rounds 2 trains with --learner ppo, mappo, happo or difference",
+            "--rounds 2 needs a learner that supports several turns per agent (Capabilities.rounds), and --learner "
+            "grpo does not declare it: use --rounds 1",
         ),
-        (["--learner", "mappo", "--models", "a,b"], "--learner mappo trains one critic for the whole team"),
+        (
+            ["--learner", "mappo", "--models", "a,b"],
+            "--models with different models needs a learner that supports a team of different models "
+            "(Capabilities.different_models), and --learner mappo does not declare it",
+        ),
         (["--learner", "difference", "--difference-replays", "0"], "--difference-replays must be a whole number"),
         (["--algo", "ppo", "--task", "signal"], "--task signal is a game of 2 agents, but --algo ppo plays 1"),
         (

@@ -314,7 +314,7 @@ def test_learners_are_compared_against_the_first_entry(tmp_path, toy_model):
     assert "Against CORY" in text and "CORY:HAPPO" in text and "x CORY's" in text
     with pytest.raises(UsageError, match="names an algorithm twice"):
         main(toy_args(model, out, "--algos", "cory", "cory"))
-    with pytest.raises(UsageError, match="LEARNER one of"):
+    with pytest.raises(UsageError, match="--learner 'nope' is not a learner: choose one of ppo"):
         main(toy_args(model, out, "--algos", "cory:nope"))
     # An entry whose settings cannot work fails before any run, not after the baseline's.
     late = tmp_path / "late"
@@ -335,10 +335,10 @@ def test_help_lists_training_and_benchmark_flags(capsys):
 
 def test_training_flags_come_in_cory_trains_sections_with_the_entries_learners(capsys):
     from cory_agents.evaluation.reward_benchmark import PER_RUN, build_parser, parse_args, training_sections
-    from cory_agents.training.registry import LEARNERS
+    from cory_agents.training.registry import available_learners
 
     # Every training flag but the per-run ones, once, whatever the learners.
-    every = [f.name for s in training_sections(LEARNERS) for f in dataclasses.fields(s)]
+    every = [f.name for s in training_sections(available_learners()) for f in dataclasses.fields(s)]
     assert sorted(every) == sorted(f.name for f in dataclasses.fields(TrainConfig) if f.name not in PER_RUN)
     # A learner's own flags reach the runs when an entry trains with it: --algos ALGO:LEARNER or --learner.
     train, _ = parse_args(["--algos", "ppo", "cory:grpo", "--group-size", "8"])

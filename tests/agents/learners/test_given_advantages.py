@@ -27,10 +27,10 @@ def episode() -> Episode:
     return Episode(ids, mask, T, scores=scores, task_rewards=scores.copy())
 
 
-def ppo(toy_model) -> PPOLearner:
+def ppo(toy_model, **settings) -> PPOLearner:
     reference = load_causal_lm(str(toy_model)).requires_grad_(False)
     torch.manual_seed(1)
-    config = PPOConfig(mini_batch_size=2, ppo_epochs=2, lr=1e-3)
+    config = PPOConfig(**{"mini_batch_size": 2, "ppo_epochs": 2, "lr": 1e-3, **settings})
     return PPOLearner(CausalLMWithValueHead(load_causal_lm(str(toy_model))), reference, config, seed=3)
 
 
@@ -79,11 +79,44 @@ def test_ppo_refuses_given_values_of_the_wrong_shape_or_returns_alone(toy_model)
         learner.learn(ep, returns=torch.zeros(B, T))
 
 
-def grpo(toy_model) -> GRPOLearner:
+def grpo(toy_model, section: type[GRPOConfig] = GRPOConfig, **settings) -> GRPOLearner:
     reference = load_causal_lm(str(toy_model)).requires_grad_(False)
     torch.manual_seed(1)
-    config = GRPOConfig(mini_batch_size=2, ppo_epochs=2, lr=1e-3, group_size=2)
+    config = section(**{"mini_batch_size": 2, "ppo_epochs": 2, "lr": 1e-3, "group_size": 2, **settings})
     return GRPOLearner(load_causal_lm(str(toy_model)), reference, config, seed=3)
+
+
+def test_ppo_keeps_a_shared_advantage_as_given_when_told_not_to_whiten(toy_model):
+    ep = episode()
+    advantages, returns = own_gae(ppo(toy_model), ep)
+    unwhitened, whitened = ppo(toy_model), ppo(toy_model)
+    reference = ppo(toy_model, whiten_advantages=False)  # the same learner, configured never to whiten
+    assert unwhitened.config.whiten_advantages  # the default whitens
+    unwhitened.learn(ep, advantages=advantages, returns=returns, whiten=False)
+    whitened.learn(ep, advantages=advantages, returns=returns)
+    reference.learn(ep, advantages=advantages, returns=returns)
+    weights = [learner.trainable_state_dict() for learner in (unwhitened, whitened, reference)]
+    assert all(torch.equal(weights[0][name], weights[2][name]) for name in weights[0])
+    assert not all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
+
+
+def test_grpo_applies_its_own_reward_kl_penalty_to_given_advantages(toy_model):
+    """rloo's KL is in the reward: given advantages ``a``, it learns from ``a - kl_coef * sum_t KL_t``, as a learner
+    without a KL penalty given those."""
+    from cory_agents.learners.grpo import RLOOConfig
+
+    ep = episode()
+    penalised, told = grpo(toy_model, RLOOConfig, kl_coef=0.5), grpo(toy_model, RLOOConfig, kl_coef=0.0)
+    for learner in (penalised, told):  # a KL to learn from: the reference is not the policy
+        with torch.no_grad():
+            learner.reference.model.embed_tokens.weight.mul_(0.5)
+    kl_sum = penalised._score_episode(ep)["kl"].sum(-1)
+    assert float(kl_sum.abs().max()) > 0
+    advantages = torch.tensor([1.0, -1.0, 0.5, -0.5])
+    penalised.learn(ep, advantages=advantages)
+    told.learn(ep, advantages=advantages - 0.5 * kl_sum)
+    for name, weight in penalised.trainable_state_dict().items():
+        torch.testing.assert_close(weight, told.trainable_state_dict()[name], rtol=0, atol=1e-7)
 
 
 def test_grpo_given_its_group_advantages_makes_the_same_update(toy_model):
@@ -97,7 +130,7 @@ def test_grpo_given_its_group_advantages_makes_the_same_update(toy_model):
     told.learn(ep, advantages=advantages)
     for name, weight in alone.trainable_state_dict().items():
         assert torch.equal(weight, told.trainable_state_dict()[name]), name
-    with pytest.raises(ValueError, match=r"one value per conversation, shape \(4,\)"):
+    with pytest.raises(ValueError, match=r"one value per row of the episode .*, shape \(4,\)"):
         told.learn(ep, advantages=torch.zeros(B, T))
 
 

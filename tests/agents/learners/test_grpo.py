@@ -219,7 +219,7 @@ def test_learn_refuses_a_batch_whose_groups_do_not_share_a_query(toy_model, tmp_
     [
         (dict(batch_size=10, mini_batch_size=2, group_size=4), "--batch-size 10 must be a multiple of --group-size 4"),
         (dict(group_size=1), "--group-size 2 or more"),
-        (dict(learner="dpo"), "learner must be one of"),
+        (dict(learner="dpo"), "--learner 'dpo' is not a learner: choose one of ppo"),
     ],
 )
 def test_bad_group_settings_fail_before_loading_the_model(tmp_path, changes, message):
