@@ -91,6 +91,7 @@ def test_ppo_at_the_default_settings_raises_the_embedded_models_sentiment(tmp_pa
     assert rise["z"] >= 2, (rise, metrics["pioneer/task_reward_mean"].round(3).tolist())
 
 
+@pytest.mark.ci
 @pytest.mark.parametrize("learner", ["happo", "difference", "mappo"])
 def test_the_team_learners_train_the_embedded_model_from_the_command_line(tmp_path, learner):
     """cory-train --learner happo|difference|mappo end to end on the real model: two iterations, a few

@@ -47,6 +47,7 @@ def test_the_static_steps_logits_are_the_eager_steps_to_rounding(toy):
             break
 
 
+@pytest.mark.ci  # the compiled step of every model family: tests/agents/training/test_supported_models.py
 def test_the_compiled_step_gives_the_eager_actors_tokens(toy):
     model, tokenizer = toy
     torch._dynamo.reset()
@@ -60,6 +61,7 @@ def test_the_compiled_step_gives_the_eager_actors_tokens(toy):
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - before == 1  # compiled once, at the first step
 
 
+@pytest.mark.ci  # compiles: the compiled decode is tested in CI's slow step (test_supported_models.py)
 def test_each_turn_caches_what_it_needs_in_a_bucket_and_compiles_once_per_bucket(toy):
     """With the turn limit known, a turn's cache is the smallest bucket holding its prompt and answer (64 here, in a
     window of 160): the same tokens as the eager actor, one compiled graph per cache length met."""
@@ -102,11 +104,11 @@ def test_one_turn_at_a_time_and_a_cache_that_fits(toy):
     "extra",
     [
         [],
-        ["--models", "{model},{other}"],
-        ["--models", "{model},{wider}"],
-        ["--no-padding-free"],
+        pytest.param(["--models", "{model},{other}"], marks=pytest.mark.ci),
+        pytest.param(["--models", "{model},{wider}"], marks=pytest.mark.ci),
+        pytest.param(["--no-padding-free"], marks=pytest.mark.ci),
         ["--rounds", "2"],
-        ["--learner", "difference"],
+        pytest.param(["--learner", "difference"], marks=pytest.mark.ci),
     ],
     ids=["cory", "two-models", "two-architectures", "padded", "two-rounds", "difference-replays"],
 )

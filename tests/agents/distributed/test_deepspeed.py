@@ -148,7 +148,7 @@ def _spawned_zero_worker(rank, port, model, results, pythonpath):
 @pytest.mark.parametrize(
     "extra, launcher",
     [
-        ("--algo cory --role-exchange-period 1 --gradient-accumulation-steps 2", ""),
+        pytest.param("--algo cory --role-exchange-period 1 --gradient-accumulation-steps 2", "", marks=pytest.mark.ci),
         pytest.param("--algo cory --learner grpo --group-size 2", "", marks=pytest.mark.slow),
         pytest.param("--algo ppo --adaptive-kl --score-scaling", "--zero_stage 1", marks=pytest.mark.slow),
     ],

@@ -118,7 +118,7 @@ def test_each_process_holds_half_of_every_learner_and_the_reference(toy_model, t
         pytest.param("--algo cory --learner happo --role-exchange-period 1", marks=pytest.mark.slow),
         pytest.param("--algo cory --learner difference --role-exchange-period 1", marks=pytest.mark.slow),
         # MAPPO's critic: a module the team owns, sharded, stepped and saved whole like the members'.
-        "--algo cory --learner mappo --role-exchange-period 1",
+        pytest.param("--algo cory --learner mappo --role-exchange-period 1", marks=pytest.mark.ci),
     ],
 )
 def test_fsdp_run_matches_the_data_parallel_run(toy_model, tmp_path, extra):

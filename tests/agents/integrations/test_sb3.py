@@ -122,7 +122,9 @@ def test_ppo_policy_reads_its_context():
     assert greedy.mean() > 0.6, (before.mean(), greedy.mean())
 
 
-@pytest.mark.parametrize("role", [["--role", "observer"], ["--role", "observer_1", "--num-agents", "3"]])
+@pytest.mark.parametrize(
+    "role", [["--role", "observer"], pytest.param(["--role", "observer_1", "--num-agents", "3"], marks=pytest.mark.ci)]
+)
 def test_example_runs(tmp_path, role):
     out = tmp_path / "run"
     args = ["--timesteps", "1024", "--eval-episodes", "40", *role, "--out", str(out)]

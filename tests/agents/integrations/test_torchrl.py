@@ -169,7 +169,7 @@ def test_evaluation_prompts_follow_the_seed():
     assert queries[0] == queries[1]
 
 
-@pytest.mark.parametrize("role", ["pioneer", "observer"])
+@pytest.mark.parametrize("role", ["pioneer", pytest.param("observer", marks=pytest.mark.ci)])
 def test_example_ppo_raises_the_reward(role, tmp_path):
     """examples/train_torchrl.py, 2048 steps at seed 0: the reward per collected batch rises from chance (~0.06)."""
     out = tmp_path / "run"

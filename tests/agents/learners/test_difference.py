@@ -82,7 +82,7 @@ def test_each_agent_learns_from_its_reward_plus_its_help_to_the_later_agents(toy
     ) == repr(untouched)
 
 
-@pytest.mark.parametrize("num_agents", [2, 3])
+@pytest.mark.parametrize("num_agents", [2, pytest.param(3, marks=pytest.mark.ci)])
 def test_difference_rewards_raise_every_learners_reward(toy_model, tmp_path, num_agents):
     rises = team_rises(toy_model, tmp_path, "difference", num_agents)
     assert all(rise > 0.1 for rise in rises.values()), rises

@@ -65,7 +65,7 @@ def test_cory_train_whose_checkpoint_outgrows_the_limit(toy_model, tmp_path):
     assert [p.name for p in checkpoint.parent.iterdir()] == ["thesis.txt"] and thesis.read_text() == THESIS
 
 
-@pytest.mark.parametrize("name", [METRICS_FILE, SAMPLES_FILE])
+@pytest.mark.parametrize("name", [METRICS_FILE, pytest.param(SAMPLES_FILE, marks=pytest.mark.ci)])
 def test_a_resume_whose_metrics_or_samples_outgrow_the_limit(toy_model, tmp_path, name):
     """A resume rewrites metrics.csv and samples.jsonl whole (without what the crash cut short): a long run's file,
     past the limit, is left as it was."""
@@ -83,6 +83,7 @@ def test_a_resume_whose_metrics_or_samples_outgrow_the_limit(toy_model, tmp_path
     assert grown.read_bytes() == before and thesis.read_text() == THESIS and not list(out.glob("*.tmp"))
 
 
+@pytest.mark.ci
 def test_the_plots_at_the_end_of_a_run(toy_model, tmp_path):
     out = tmp_path / "run"
     cory_train.main(toy_args(toy_model, out))
@@ -104,6 +105,7 @@ def test_plot_runs_keeps_the_earlier_figure(trained, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["comparison.png"] and figure.read_text() == THESIS
 
 
+@pytest.mark.ci
 def test_cory_eval_keeps_the_earlier_result(trained, tmp_path):
     earlier = plant(tmp_path / "evaluation.json")
     args = ["--checkpoint", str(trained), "--num-prompts", "2", "--samples-per-prompt", "1", "--out", str(earlier)]

@@ -47,7 +47,9 @@ def test_an_episode_of_two_turns_is_turn_major_with_common_widths():
     assert metrics["final_turn_task_reward_mean"] == 0.625 and metrics["kl_per_turn"] == 1.0
 
 
-@pytest.mark.parametrize("turn_rewards", [False, True], ids=["episode-rewards", "turn-rewards"])
+@pytest.mark.parametrize(
+    "turn_rewards", [pytest.param(False, marks=pytest.mark.ci), True], ids=["episode-rewards", "turn-rewards"]
+)
 def test_cory_over_two_rounds_raises_the_reward_of_both_learners(toy_model, tmp_path, turn_rewards):
     def train(seed, folder):
         config = toy_config(

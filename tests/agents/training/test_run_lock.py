@@ -96,6 +96,7 @@ def test_a_run_refused_before_the_holder_wrote_its_record_waits_for_it(tmp_path,
         holder.stdout.close()
 
 
+@pytest.mark.ci
 def test_two_runs_started_together_into_one_folder_one_is_refused(toy_model, tmp_path):
     out, gate = tmp_path / "run", tmp_path / "gate"
     args = cli(

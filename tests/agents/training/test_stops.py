@@ -23,7 +23,7 @@ from tests.support.runs import cli, cli_env, toy_cli_args
 from tests.support.toy import toy_tokenizer
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.ci)])
 def test_a_stop_during_the_first_reward_call_is_one_line_and_loses_nothing(toy_model, tmp_path, signum):
     out = tmp_path / "run"
     args = cli(

@@ -385,6 +385,7 @@ def test_a_template_naming_a_missing_answer_fails_before_the_first_episode(toy_m
         Trainer(config, prompts=TOY_PROMPTS, reward_fn=fraction_good)
 
 
+@pytest.mark.ci
 def test_the_embedded_model_and_a_tiny_gpt2_train_as_a_team(tiny_gpt2, tmp_path):
     """The real embedded model (SmolLM2-135M, its tokenizer) as llm_0 and a tiny GPT-2 (GPT-2's) as llm_1."""
     config = TrainConfig(

@@ -191,6 +191,7 @@ def test_the_cli_stops_a_reward_that_hangs_with_one_line(toy_model, tmp_path):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.ci
 def test_sigterm_during_a_hanging_reward_stops_the_run_keeping_the_last_checkpoint(toy_model, tmp_path):
     out = tmp_path / "run"
     args = cli(
