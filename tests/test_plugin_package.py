@@ -50,11 +50,12 @@ def venv(tmp_path_factory) -> Path:
     plugin = Path(shutil.copytree(ROOT / "examples" / "plugins" / "magrpo", where / "magrpo", ignore=NOT_COPIED))
     _run([sys.executable, "-m", "venv", str(where / "venv")], where)
     python = where / "venv" / "bin" / "python"
-    site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], where).stdout)
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(_run([str(python), "-c", purelib], where).stdout.strip())
     ours = dict.fromkeys(sysconfig.get_paths()[key] for key in ("purelib", "platlib"))
-    (Path(site.strip()) / "_cory_env_test_heavy_dependencies.pth").write_text("".join(f"{p}\n" for p in ours))
+    (site / "_cory_env_test_heavy_dependencies.pth").write_text("".join(f"{p}\n" for p in ours))
     for package in (source, plugin):
-        _run([str(python), "-m", "pip", "install", "--no-deps", "--no-build-isolation", str(package)], where)
+        _run([str(python), "-m", "pip", "install", "--no-deps", str(package)], where)
     return where / "venv" / "bin"
 
 
@@ -95,6 +96,9 @@ def test_the_installed_learner_trains_resumes_and_runs_in_cory_bench(venv, tmp_p
     # cory-eval and cory-export rebuild the run from its settings: the learner is found again.
     _run([str(venv / "cory-export"), "--checkpoint", str(killed), "--out", str(work / "exported")], work)
     assert (work / "exported" / "llm_0" / "config.json").is_file()
+    _run([str(venv / "cory-eval"), "--checkpoint", str(killed), "--num-prompts", "4", "--batch-size", "4",
+          "--out", str(work / "evaluation.json")], work)  # fmt: skip
+    assert json.loads((work / "evaluation.json").read_text())
 
     bench = work / "bench"
     _run([str(venv / "cory-bench"), "--algos", "cory:grpo", "cory:magrpo", "--seeds", "1", "--iterations", "2",
