@@ -7,5 +7,7 @@
 - :mod:`~cory_agents.evaluation.reward_benchmark`: ``cory-bench``, CORY against PPO on a reward
   over seeds;
 - :mod:`~cory_agents.evaluation.benchmark_report`: what ``cory-bench`` reports (tables, tests, curves);
-- :mod:`~cory_agents.evaluation.statistics`: confidence intervals and tests for those comparisons.
+- :mod:`~cory_agents.evaluation.statistics`: confidence intervals and tests for those comparisons;
+- :mod:`~cory_agents.evaluation.rl_statistics`: the RL evaluation protocol over seeds (IQM, stratified
+  bootstrap, probability of improvement, equivalence, power) and the wording of a verdict.
 """
