@@ -9,5 +9,8 @@
 - :mod:`~cory_agents.evaluation.benchmark_report`: what ``cory-bench`` reports (tables, tests, curves);
 - :mod:`~cory_agents.evaluation.statistics`: confidence intervals and tests for those comparisons;
 - :mod:`~cory_agents.evaluation.rl_statistics`: the RL evaluation protocol over seeds (IQM, stratified
-  bootstrap, probability of improvement, equivalence, power) and the wording of a verdict.
+  bootstrap, probability of improvement, performance profiles, rates);
+- :mod:`~cory_agents.evaluation.decisions`: different, equivalent within a margin, or undecided (equivalence
+  tests, power, the verdict's wording);
+- :mod:`~cory_agents.evaluation.communication`: the signalling game's communication measures.
 """

@@ -1,4 +1,4 @@
-"""cory_agents.evaluation.rl_statistics against hand-computed cases and scipy's own functions.
+"""cory_agents.evaluation.rl_statistics and .decisions against hand-computed cases and scipy's own functions.
 
 By hand: t quantiles with 1 degree of freedom have a closed form (Cauchy: t_p = tan(pi (p - 1/2))),
 Clopper-Pearson bounds at 0 and n successes too (1 - (a/2)^(1/n) and (a/2)^(1/n)). Power against
@@ -14,7 +14,16 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
+import cory_agents.evaluation.decisions
 import cory_agents.evaluation.rl_statistics
+from cory_agents.evaluation.decisions import (
+    pooled_sd,
+    power_two_sample,
+    seeds_for_power,
+    smallest_detectable_difference,
+    tost,
+    verdict,
+)
 from cory_agents.evaluation.rl_statistics import (
     area_under_curve,
     binomial_ci,
@@ -23,15 +32,9 @@ from cory_agents.evaluation.rl_statistics import (
     iqm,
     performance_profile,
     plot_performance_profiles,
-    pooled_sd,
-    power_two_sample,
     probability_of_improvement,
     rate_ci_over_seeds,
-    seeds_for_power,
-    smallest_detectable_difference,
     stratified_bootstrap_ci,
-    tost,
-    verdict,
 )
 from cory_agents.evaluation.statistics import mean_ci
 
@@ -352,3 +355,4 @@ def test_verdict_unequal_seeds_use_their_harmonic_mean_and_constant_arms_decide(
 
 def test_docstring_examples():
     assert doctest.testmod(cory_agents.evaluation.rl_statistics).failed == 0
+    assert doctest.testmod(cory_agents.evaluation.decisions).failed == 0
