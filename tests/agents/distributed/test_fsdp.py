@@ -109,7 +109,7 @@ def test_each_process_holds_half_of_every_learner_and_the_reference(toy_model, t
 @pytest.mark.parametrize(
     "extra",
     [
-        "--algo cory --role-exchange-period 1",
+        pytest.param("--algo cory --role-exchange-period 1", marks=pytest.mark.ci),  # make test: the shards
         pytest.param(
             "--algo ppo --adaptive-kl --score-scaling --gradient-accumulation-steps 2", marks=pytest.mark.slow
         ),

@@ -221,6 +221,7 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(toy_model, tmp_path, 
     )
 
 
+@pytest.mark.ci  # make test: SIGTERM's stop (test_stops.py), the exact resume after SIGKILL (above)
 def test_sigterm_finishes_the_iteration_saves_a_checkpoint_and_the_resume_is_exact(toy_model, tmp_path):
     args = ["--algo", "cory", "--iterations", "8", "--checkpoint-every", "100", "--role-exchange-period", "2", *PACED]
     run_toy_cli(toy_model, tmp_path / "whole", *args)
