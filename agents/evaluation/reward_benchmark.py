@@ -4,6 +4,7 @@
     python -m cory_agents.evaluation.reward_benchmark --reward vader --iterations 2 --seeds 2 --batch-size 4 --out runs/tiny
     cory-bench --out runs/bench --resume            # continue after a crash, or with more --seeds
     cory-bench --algos cory cory:happo cory:difference --out runs/marl   # learners compared, CORY the baseline
+    cory-bench --out runs/marl --plan --margin 0.15  # from that pilot: the seeds a decision needs, and their cost
 
 Every flag of examples/train_cory.py (--model, --batch-size, --kl-coef, --lora, ...) applies
 to every run, except those the benchmark sets per run (--algo, --seed, --out, --resume,
@@ -59,6 +60,7 @@ from cory_agents.evaluation.benchmark_report import (
     write_report,
 )
 from cory_agents.evaluation.held_out import EvalConfig, evaluate, load_reward
+from cory_agents.evaluation.plan import format_plan, plan_from_folder
 from cory_agents.evaluation.report import write_json
 from cory_agents.learners.lm import LMLearnerConfig, flag
 from cory_agents.training.checkpoint import checkpoint_iteration, latest_checkpoint
@@ -109,6 +111,16 @@ class BenchmarkConfig:
     eval_seed: int = flag(0, "seed of the held-out prompts and sampling, the same for every run")
     final_window: int = flag(1, "training iterations averaged for the final training metrics (1: the last)")
     progress: bool = flag(True, "show progress bars")
+    plan: bool = flag(
+        False,
+        "train nothing: read the finished pilot in --out and print the seeds per learner a difference of --margin needs (agents/evaluation/plan.py)",
+    )
+    margin: float = flag(
+        0.0, "--plan: the difference that matters, declared before the study (e.g. 0.15 of a success rate)"
+    )
+    plan_metric: str = flag(
+        "", "--plan: the report's metric to plan on (default: the held-out task reward, else the collective reward)"
+    )
 
     def __post_init__(self) -> None:
         unknown = [a for a in self.algos if not _is_arm(a)]
@@ -122,6 +134,10 @@ class BenchmarkConfig:
         for name in ("seeds", "eval_prompts", "eval_samples_per_prompt", "eval_batch_size", "final_window"):
             if getattr(self, name) < 1:  # the evaluation's, checked now: it runs after the first training run
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.plan and not self.margin > 0:
+            raise UsageError(
+                f"--plan needs --margin, the difference that matters (e.g. --margin 0.15), got {self.margin}"
+            )
         if self.resume and self.overwrite:
             raise UsageError("--resume continues a benchmark and --overwrite starts it over: give one")
 
@@ -420,6 +436,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, BenchmarkCon
 def main(argv: list[str] | None = None) -> None:
     """Console script ``cory-bench``."""
     train, bench = parse_args(argv)
+    if bench.plan:  # read a pilot, train nothing
+        print(format_plan(plan_from_folder(bench.out, bench.margin, bench.plan_metric)))
+        return
     report = run_benchmark(train, bench)
     out = Path(bench.out)
     print()
