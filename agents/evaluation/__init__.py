@@ -2,6 +2,8 @@
 
 - :mod:`~cory_agents.evaluation.held_out`: a checkpoint's (or a model's) answers to held-out
   prompts: reward, KL, diversity, pass@k (``examples/evaluate.py``);
+- :mod:`~cory_agents.evaluation.policies`: the policy evaluated or exported: a run rebuilt from its
+  checkpoint, or a model as it is;
 - :mod:`~cory_agents.evaluation.answers`: distinct-n, repetition and pass@k of the answers;
 - :mod:`~cory_agents.evaluation.report`: strict JSON and Markdown tables of the results;
 - :mod:`~cory_agents.evaluation.reward_benchmark`: ``cory-bench``, CORY against PPO on a reward
@@ -12,5 +14,7 @@
   bootstrap, probability of improvement, performance profiles, rates);
 - :mod:`~cory_agents.evaluation.decisions`: different, equivalent within a margin, or undecided (equivalence
   tests, power, the verdict's wording);
-- :mod:`~cory_agents.evaluation.communication`: the signalling game's communication measures.
+- :mod:`~cory_agents.evaluation.communication`: the signalling game's communication measures (what
+  ``cory-eval`` reports for a signalling team);
+- :mod:`~cory_agents.evaluation.plan`: ``cory-bench --plan``, the seeds a decision needs.
 """

@@ -20,16 +20,21 @@ and returns them all.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from cory_agents.evaluation.policies import policy_from_checkpoint, run_folder
+from cory_agents.evaluation.report import write_json
 from cory_agents.learners.replay import replay
+from cory_env.errors import UsageError
 from cory_env.prompts import metadata_lists
 from cory_env.tasks.signal import named_word, row_words
 
@@ -124,13 +129,76 @@ def message_interventions(
     }
 
 
-def communication_measures(trainer: Any, seed: int = 0) -> dict[str, Any]:
-    """One batched episode of ``trainer``'s team on the signalling game, and its measures: success, shuffled
-    success, causal influence, chance, ``mutual_information`` (secret; message) and the ``table``."""
-    team = trainer.team_episode(trainer.rollout())
-    interventions, played = message_interventions(trainer, team, seed)
+def communication_measures(trainer: Any, seed: int = 0, episodes: int = 1) -> dict[str, Any]:
+    """``episodes`` batched episodes of ``trainer``'s team on the signalling game, pooled, and their measures:
+    success (with its exact interval and its one-sided exact p-value against chance), shuffled success, causal
+    influence, chance, ``mutual_information`` (secret; message) and the ``table`` (records)."""
+    from cory_agents.evaluation.rl_statistics import binomial_ci, binomial_test_against_chance
+
+    pooled: dict[str, list] = {"secrets": [], "messages": [], "answers": [], "shuffled_answers": []}
+    for episode in range(episodes):
+        team = trainer.team_episode(trainer.rollout())
+        _, played = message_interventions(trainer, team, seed + episode)
+        for key in pooled:
+            pooled[key] += played[key]
+    secrets, answers, shuffled = pooled["secrets"], pooled["answers"], pooled["shuffled_answers"]
+    chance = 1.0 / len(row_words(metadata_lists(team.env.prompts)["words"][0]))
+    hits = sum(a == s for a, s in zip(answers, secrets, strict=True))
+    _, low, high = binomial_ci(hits, len(secrets))
+    table = communication_table(secrets, pooled["messages"], answers)
     return {
-        **vars(interventions),
-        "mutual_information": mutual_information(played["secrets"], played["messages"]),
-        "table": communication_table(played["secrets"], played["messages"], played["answers"]),
+        "conversations": len(secrets),
+        "success": hits / len(secrets),
+        "success_ci": [low, high],
+        "p_value_against_chance": binomial_test_against_chance(hits, len(secrets), chance),
+        "shuffled_success": float(np.mean([a == s for a, s in zip(shuffled, secrets, strict=True)])),
+        "causal_influence": float(np.mean([a != b for a, b in zip(answers, shuffled, strict=True)])),
+        "chance": chance,
+        "mutual_information": mutual_information(secrets, pooled["messages"]),
+        "table": table.to_dict("records"),
     }
+
+
+def format_measures(measures: dict[str, Any], what: str) -> str:
+    """:func:`communication_measures` as lines of text, the table's most frequent rows last."""
+    m = measures
+    lines = [
+        f"{what}: the signalling game, {m['conversations']} conversations",
+        f"success {m['success']:.3f} [{m['success_ci'][0]:.3f}, {m['success_ci'][1]:.3f}] (chance {m['chance']:.3f}, "
+        f"exact p {m['p_value_against_chance']:.2g}); with another secret's message {m['shuffled_success']:.3f}; "
+        f"the message changes the answer in {m['causal_influence']:.1%} of conversations; "
+        f"I(secret; message) {m['mutual_information']:.3f} bits",
+        "",
+        "secret | message | answer | count",
+        *(f"{r['secret']} | {r['message']!r} | {r['answer']} | {r['count']}" for r in m["table"][:12]),
+    ]
+    return "\n".join(lines)
+
+
+def evaluate_team(state: dict[str, Any], checkpoint: Path, config: Any, *, write: bool = True) -> dict[str, Any]:
+    """``cory-eval`` of a team trained on the signalling game (``state``: its loaded checkpoint; ``config``: the
+    :class:`~cory_agents.evaluation.held_out.EvalConfig`): :func:`communication_measures` over about
+    ``--num-prompts`` conversations in episodes of ``--batch-size``, written to ``--out`` (default: the run's
+    ``evaluation.json``)."""
+    batch = config.batch_size
+    trainer = policy_from_checkpoint(
+        state, reward_fn=None, device=config.device, play=True, batch_size=batch, mini_batch_size=batch
+    )
+    if trainer.config.task != "signal":
+        raise UsageError(
+            f"cory-eval measures a team on the signalling game; --task {trainer.config.task} is a game of "
+            f"{len(trainer.learners)} agents without a held-out evaluation: its training run's metrics.csv has the "
+            f"team's success (reward_mean)"
+        )
+    episodes = max(1, math.ceil(config.num_prompts / batch))
+    measures = communication_measures(trainer, seed=config.seed, episodes=episodes)
+    result = {
+        "policy": {"checkpoint": str(checkpoint), "iterations_trained": int(state["iteration"])},
+        "task": trainer.config.task,
+        "communication": measures,
+        "settings": dataclasses.asdict(config),
+    }
+    if write:
+        out = Path(config.out) if config.out else run_folder(checkpoint) / "evaluation.json"
+        result["path"] = str(write_json(out, result))
+    return result

@@ -37,6 +37,14 @@ import torch
 from tqdm.auto import tqdm
 
 from cory_agents.evaluation.answers import distinct_n, mean_pass_at_k, ngrams, pass_at_k, repetition_rate  # noqa: F401
+from cory_agents.evaluation.policies import (  # noqa: F401 - cory-eval's and cory-export's
+    CheckpointNotFoundError,
+    find_checkpoint,
+    policy_from_checkpoint,
+    policy_from_model,
+    run_folder,
+    train_config_from,
+)
 from cory_agents.evaluation.report import (  # noqa: F401
     EVAL_COLUMNS,
     check_output_file,
@@ -49,10 +57,8 @@ from cory_agents.evaluation.report import (  # noqa: F401
 from cory_agents.learners.lm import flag
 from cory_agents.learners.ppo import Episode, PPOLearner
 from cory_agents.training.build import resolve_device
-from cory_agents.training.checkpoint import latest_checkpoint, load_checkpoint
+from cory_agents.training.checkpoint import load_checkpoint
 from cory_agents.training.config import TrainConfig, build_task, with_task_defaults
-from cory_agents.training.resumable import upgrade_settings
-from cory_agents.training.trainer import Trainer
 from cory_env import env
 from cory_env.errors import UsageError
 from cory_env.prompts import Prompt, PromptSource
@@ -134,72 +140,6 @@ class EvalConfig:
         for name in ("num_prompts", "samples_per_prompt", "batch_size"):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-
-
-# ------------------------------------------------------------------ loading a policy
-
-
-class CheckpointNotFoundError(UsageError, FileNotFoundError):
-    """``--checkpoint`` names no checkpoint file and no run folder that holds one."""
-
-
-def find_checkpoint(path: str | Path) -> Path:
-    """The checkpoint file of ``path``: the file itself, or the newest one of a run folder (or of its checkpoints/)."""
-    path = Path(path)
-    if path.is_file():
-        return path
-    found = None
-    if path.is_dir():
-        found = latest_checkpoint(path.parent if path.name == "checkpoints" else path)
-    if found is None:
-        raise CheckpointNotFoundError(
-            f"no checkpoint at {path}: give a run folder holding checkpoints/iter_NNNNNN.safetensors (written by "
-            f"examples/train_cory.py), a checkpoint file, or use --model for a model name"
-        )
-    return found
-
-
-def run_folder(checkpoint: Path) -> Path:
-    """The run folder a checkpoint file belongs to (``<run>/checkpoints/iter_NNNNNN.safetensors``)."""
-    return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
-
-
-def train_config_from(saved: dict[str, Any], **overrides: Any) -> TrainConfig:
-    """Rebuild a run's :class:`TrainConfig` from the ``config`` a checkpoint holds (an older version's too)."""
-    saved = upgrade_settings(saved)
-    config_class = TrainConfig.for_learner(saved.get("learner", TrainConfig.learner))  # an installed learner's too
-    names = {f.name for f in dataclasses.fields(config_class)}
-    unknown = sorted(set(saved) - names)
-    if unknown:
-        logger.warning("checkpoint settings unknown to this version are ignored: %s", ", ".join(unknown))
-    kept = {k: v for k, v in saved.items() if k in names}
-    # Evaluating reports to no tracker: the run's own (wandb, say) may not be installed here.
-    return config_class(**{**kept, "preset": "", "resume": False, "report_to": "none", **overrides})
-
-
-def policy_from_checkpoint(state: dict[str, Any], *, reward_fn: RewardFunction, device: str = "auto") -> Trainer:
-    """The learners of a loaded checkpoint: trainable weights and final KL coefficient.
-
-    The run's models are rebuilt by :class:`Trainer` from its saved settings (so a LoRA run
-    gets its shared base, whose adapter-free forward is the reference), then each learner's
-    weights are loaded.
-    """
-    config = train_config_from(state["config"], device=device)
-    trainer = Trainer(config, prompts=_UNUSED_PROMPTS, reward_fn=reward_fn)
-    for name, learner in trainer.learners.items():
-        learner.load_trainable_state_dict(state["learners"][name]["model"])
-        learner.kl_ctl.load_state_dict(state["learners"][name]["kl_ctl"])
-    return trainer
-
-
-def policy_from_model(model: str, *, reward_fn: RewardFunction, device: str = "auto") -> Trainer:
-    """A model as it is: one ``pioneer`` learner whose reference is the same model (KL 0)."""
-    config = TrainConfig(algo="ppo", model=model, device=device, report_to="none")
-    return Trainer(config, prompts=_UNUSED_PROMPTS, reward_fn=reward_fn)
-
-
-# The Trainer builds a training environment of its own, which evaluation never plays.
-_UNUSED_PROMPTS = ["(unused: evaluation builds its own environments)"]
 
 
 # ----------------------------------------------------------------------- generation
@@ -368,6 +308,10 @@ def evaluate(config: EvalConfig, *, progress: bool = True, write: bool = True) -
             "model": run.model,
         }
         task = config.task or run.task
+        if task == run.task and get_task(task).min_agents > 1:  # a team, in the game it was trained on
+            from cory_agents.evaluation.communication import evaluate_team
+
+            return evaluate_team(state, path, config, write=write)
         timeout = config.reward_timeout if config.reward_timeout is not None else run.reward_timeout
         reward_name, reward_fn = load_reward(
             config.reward or (run.reward if task == run.task else ""), task, device, timeout

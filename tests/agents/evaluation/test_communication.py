@@ -61,8 +61,8 @@ def test_the_measures_of_an_episode(signal_trainer):
     measures = communication_measures(signal_trainer, seed=1)
     K = round(1 / measures["chance"])
     assert K == 4 and 0.0 <= measures["mutual_information"] <= math.log2(K) + 1e-12
-    table = measures["table"]
-    assert table["count"].sum() == 8 and set(table["secret"]) <= {"red", "blue", "green", "yellow"}
+    table = measures["table"]  # records
+    assert sum(r["count"] for r in table) == 8 and {r["secret"] for r in table} <= {"red", "blue", "green", "yellow"}
     for name in ("success", "shuffled_success", "causal_influence"):
         assert 0.0 <= measures[name] <= 1.0
 
@@ -82,3 +82,24 @@ def test_the_table_counts_each_secret_message_and_answer():
     table = communication_table(["red", "blue", "red"], ["r", "b", "r"], ["red", "blue", "blue"])
     assert table.to_dict("records")[0] == {"secret": "red", "message": "r", "answer": "red", "count": 1}
     assert table["count"].sum() == 3 and len(table) == 3
+
+
+def test_cory_eval_measures_a_saved_signalling_team(toy_model, tmp_path, capsys):
+    import json
+
+    from cory_agents.cli.evaluate import main
+
+    config = toy_config(
+        toy_model, tmp_path / "run", algo="cory", task="signal", reward="signal", prompt_source="auto",
+        context_length=96, batch_size=8, mini_batch_size=8, iterations=1, checkpoint_every=1, max_new_tokens=4,
+        min_new_tokens=4,
+    )  # fmt: skip
+    Trainer(config).train(progress=False)
+    main(["--checkpoint", str(tmp_path / "run"), "--num-prompts", "16", "--batch-size", "8"])
+    printed = capsys.readouterr().out
+    result = json.loads((tmp_path / "run" / "evaluation.json").read_text())
+    measures = result["communication"]
+    assert measures["conversations"] == 16 and sum(r["count"] for r in measures["table"]) == 16
+    low, high = measures["success_ci"]
+    assert 0.0 <= low <= measures["success"] <= high <= 1.0 and 0.0 < measures["p_value_against_chance"] <= 1.0
+    assert "the signalling game, 16 conversations" in printed and "I(secret; message)" in printed
