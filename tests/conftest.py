@@ -11,10 +11,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Inductor's on-disk cache is keyed by the code, not by the CPU kernel settings (ATEN_CPU_CAPABILITY,
 # ONEDNN_MAX_CPU_ISA, ...): a decode step compiled under one set gave NaN logits when reused under another
 # (torch 2.13, CI's numerics runs). Each test session compiles --compile's steps in a cache of its own.
+# The session's process removes it at exit (pytest-xdist's workers inherit it and leave it alone).
 if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
     import tempfile
 
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="cory-inductor-")
+    atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
 
 from pathlib import Path  # noqa: E402
 
