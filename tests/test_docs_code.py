@@ -35,6 +35,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import ROOT
+from tests.support.distributions import declare_distribution
 
 DOCS = ROOT / "docs"
 
@@ -173,7 +174,7 @@ def test_page_blocks_run(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for package in INSTALLED.get(page, []):
         as_installed(package, tmp_path / "site", monkeypatch)
-    run_page(DOCS / page, f"docs/{page}")
+    run_page(DOCS / page, f"docs/{page}")  # how many blocks it has: test_page_block_count
 
 
 def as_installed(package: Path, site: Path, monkeypatch) -> None:
@@ -182,14 +183,9 @@ def as_installed(package: Path, site: Path, monkeypatch) -> None:
     import tomllib
 
     project = tomllib.loads((package / "pyproject.toml").read_text())["project"]
-    dist = site / f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n")
-    groups = project.get("entry-points", {})
-    lines = [f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()) for group, eps in groups.items()]
-    (dist / "entry_points.txt").write_text("\n".join(lines))
+    declare_distribution(site, project["name"], project.get("entry-points", {}), project["version"])
     monkeypatch.syspath_prepend(str(package))
-    monkeypatch.syspath_prepend(str(site))  # how many blocks it has: test_page_block_count
+    monkeypatch.syspath_prepend(str(site))
 
 
 @pytest.mark.parametrize("page", PAGES)

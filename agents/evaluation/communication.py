@@ -33,6 +33,7 @@ import pandas as pd
 
 from cory_agents.evaluation.policies import policy_from_checkpoint, run_folder
 from cory_agents.evaluation.report import write_json
+from cory_agents.evaluation.rl_statistics import binomial_ci, binomial_test_against_chance
 from cory_agents.learners.replay import replay
 from cory_env.errors import UsageError
 from cory_env.prompts import metadata_lists
@@ -96,6 +97,19 @@ class Interventions:
     chance: float  #: 1/K
 
 
+def interventions(
+    secrets: Sequence[str], answers: Sequence[str | None], shuffled_answers: Sequence[str | None], chance: float
+) -> Interventions:
+    """The :class:`Interventions` of receivers' ``answers`` with their own messages and ``shuffled_answers``
+    with another secret's, per conversation."""
+    return Interventions(
+        success=float(np.mean([a == s for a, s in zip(answers, secrets, strict=True)])),
+        shuffled_success=float(np.mean([a == s for a, s in zip(shuffled_answers, secrets, strict=True)])),
+        causal_influence=float(np.mean([a != b for a, b in zip(answers, shuffled_answers, strict=True)])),
+        chance=chance,
+    )
+
+
 def message_interventions(
     trainer: Any, team: Any, seed: int = 0, messages_from: Sequence[int] | None = None
 ) -> tuple[Interventions, dict[str, list]]:
@@ -116,12 +130,7 @@ def message_interventions(
         again = replay(team, trainer.learners, {0: [messages[c] for c in perm]})
     receiver = team.order[1]
     shuffled_answers = [named_word(a, w) for a, w in zip(again.infos[receiver]["response"], words, strict=True)]
-    result = Interventions(
-        success=float(np.mean([a == s for a, s in zip(answers, secrets, strict=True)])),
-        shuffled_success=float(np.mean([a == s for a, s in zip(shuffled_answers, secrets, strict=True)])),
-        causal_influence=float(np.mean([a != b for a, b in zip(answers, shuffled_answers, strict=True)])),
-        chance=1.0 / len(words[0]),
-    )
+    result = interventions(secrets, answers, shuffled_answers, chance=1.0 / len(words[0]))
     played = {"secrets": list(secrets), "messages": messages, "answers": answers, "messages_from": list(perm)}
     return result, played | {
         "shuffled_contexts": list(again.infos[receiver]["context"]),
@@ -133,27 +142,23 @@ def communication_measures(trainer: Any, seed: int = 0, episodes: int = 1) -> di
     """``episodes`` batched episodes of ``trainer``'s team on the signalling game, pooled, and their measures:
     success (with its exact interval and its one-sided exact p-value against chance), shuffled success, causal
     influence, chance, ``mutual_information`` (secret; message) and the ``table`` (records)."""
-    from cory_agents.evaluation.rl_statistics import binomial_ci, binomial_test_against_chance
-
     pooled: dict[str, list] = {"secrets": [], "messages": [], "answers": [], "shuffled_answers": []}
     for episode in range(episodes):
         team = trainer.team_episode(trainer.rollout())
         _, played = message_interventions(trainer, team, seed + episode)
         for key in pooled:
             pooled[key] += played[key]
-    secrets, answers, shuffled = pooled["secrets"], pooled["answers"], pooled["shuffled_answers"]
+    secrets, answers = pooled["secrets"], pooled["answers"]
     chance = 1.0 / len(row_words(metadata_lists(team.env.prompts)["words"][0]))
+    rates = interventions(secrets, answers, pooled["shuffled_answers"], chance)
     hits = sum(a == s for a, s in zip(answers, secrets, strict=True))
     _, low, high = binomial_ci(hits, len(secrets))
     table = communication_table(secrets, pooled["messages"], answers)
     return {
         "conversations": len(secrets),
-        "success": hits / len(secrets),
+        **vars(rates),
         "success_ci": [low, high],
         "p_value_against_chance": binomial_test_against_chance(hits, len(secrets), chance),
-        "shuffled_success": float(np.mean([a == s for a, s in zip(shuffled, secrets, strict=True)])),
-        "causal_influence": float(np.mean([a != b for a, b in zip(answers, shuffled, strict=True)])),
-        "chance": chance,
         "mutual_information": mutual_information(secrets, pooled["messages"]),
         "table": table.to_dict("records"),
     }

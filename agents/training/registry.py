@@ -170,9 +170,7 @@ def register_learner(
     command line is parsed. A name registered already is refused: :func:`unregister_learner` it first."""
     if name in LEARNERS:
         raise ValueError(f"a learner named {name!r} is registered already: unregister_learner({name!r}) first")
-    if config is None:
-        config = learner_spec(factory.member).config if isinstance(factory, TeamFactory) else LMLearnerConfig
-    LEARNERS[name] = spec = LearnerSpec(factory, config, supports or Capabilities())
+    LEARNERS[name] = spec = LearnerSpec(factory, config or default_config(factory), supports or Capabilities())
     return spec
 
 
@@ -207,7 +205,7 @@ def learner_spec(name: str) -> LearnerSpec:
     both; an unknown name lists the others."""
     known = LEARNERS.get(name)
     if known is not None and not isinstance(known, LearnerSpec):  # LEARNERS[name] = factory: a plain registration
-        known = LEARNERS[name] = register_default(known)
+        known = LEARNERS[name] = LearnerSpec(known, default_config(known))
     if known is not None and name in _CHECKED:
         return known
     declared = [ep for ep in _entry_points().get(name, []) if known is None or known.origin != _distribution(ep)]
@@ -231,10 +229,10 @@ def learner_spec(name: str) -> LearnerSpec:
     return spec
 
 
-def register_default(factory: LearnerFactory | TeamFactory) -> LearnerSpec:
-    """The spec of a factory put in :data:`LEARNERS` by itself: the defaults of :func:`register_learner`."""
-    config = learner_spec(factory.member).config if isinstance(factory, TeamFactory) else LMLearnerConfig
-    return LearnerSpec(factory, config)
+def default_config(factory: LearnerFactory | TeamFactory) -> type:
+    """The config section of a learner registered without one: a team's member's, else the shared
+    :class:`~cory_agents.learners.lm.LMLearnerConfig`."""
+    return learner_spec(factory.member).config if isinstance(factory, TeamFactory) else LMLearnerConfig
 
 
 def _load(entry_point: importlib.metadata.EntryPoint) -> LearnerSpec:

@@ -33,25 +33,23 @@ from cory_agents.training.registry import (
 from cory_agents.training.trainer import Trainer
 from cory_env.errors import UsageError
 from tests.support import ROOT
+from tests.support.distributions import declare_distribution
 from tests.support.runs import PROMPTS, metrics_without_timing, toy_config
 from tests.support.toy import fraction_good
 
 PLUGIN = ROOT / "examples" / "plugins" / "magrpo"
 
 
-def declare(folder, distribution: str, entries: str) -> None:
+def declare(folder, distribution: str, **learners: str) -> None:
     """An installed distribution's metadata in ``folder``: its name and its learners' entry points."""
-    dist = folder / f"{distribution.replace('-', '_')}-1.0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\n{entries}\n")
+    declare_distribution(folder, distribution, {ENTRY_POINT_GROUP: learners})
 
 
 @pytest.fixture
 def installed(tmp_path, monkeypatch):
     """The plug-in package as pip would leave it: its module importable, its entry point declared."""
     monkeypatch.syspath_prepend(str(PLUGIN))
-    declare(tmp_path / "site", "cory-magrpo", "magrpo = cory_magrpo:MAGRPO")
+    declare(tmp_path / "site", "cory-magrpo", magrpo="cory_magrpo:MAGRPO")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     monkeypatch.delitem(sys.modules, "cory_magrpo", raising=False)
     yield
@@ -93,8 +91,8 @@ def test_an_unknown_flag_or_a_bad_value_is_one_line_naming_it(installed, capsys,
 
 def test_a_name_two_packages_declare_is_refused_naming_both(tmp_path, monkeypatch):
     monkeypatch.setattr(registry, "_CHECKED", set())  # packages installed while this process runs
-    declare(tmp_path, "one-plugin", "twice = somewhere:SPEC")
-    declare(tmp_path, "another-plugin", "twice = elsewhere:SPEC\nppo = elsewhere:PPO\nbroken = nowhere:SPEC")
+    declare(tmp_path, "one-plugin", twice="somewhere:SPEC")
+    declare(tmp_path, "another-plugin", twice="elsewhere:SPEC", ppo="elsewhere:PPO", broken="nowhere:SPEC")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(UsageError, match="twice is declared by .*-plugin and by .*-plugin"):
         learner_spec("twice")
@@ -106,7 +104,7 @@ def test_a_name_two_packages_declare_is_refused_naming_both(tmp_path, monkeypatc
 
 def test_an_entry_point_must_name_a_learner_spec(tmp_path, monkeypatch):
     (tmp_path / "not_a_spec.py").write_text("def factory(config, **_):\n    return None\n")
-    declare(tmp_path, "odd-plugin", "odd = not_a_spec:factory")
+    declare(tmp_path, "odd-plugin", odd="not_a_spec:factory")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(UsageError, match="odd, declared by odd-plugin .* is a function: .* must name a .*LearnerSpec"):
         learner_spec("odd")

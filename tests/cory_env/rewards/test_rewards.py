@@ -24,6 +24,7 @@ from cory_env.rewards import (
 from cory_env.rewards.classifier import ClassifierReward, NoPositiveLabelError
 from cory_env.rewards.gsm8k import canonical_number, extract_numbers, gsm8k_reward, is_correct, last_number
 from cory_env.rewards.sentiment import vader_sentiment
+from tests.support.distributions import declare_distribution
 
 # ------------------------------------------------------------------ GSM8K checker
 
@@ -302,12 +303,8 @@ def test_entry_point_of_an_installed_distribution_is_found(tmp_path, monkeypatch
             """
         )
     )
-    dist = tmp_path / "my_rewards_pkg-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-rewards-pkg\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(
-        f"[{ENTRY_POINT_GROUP}]\nword_count = my_rewards_pkg:word_count\nbroken = my_rewards_pkg:missing\n"
-    )
+    rewards = {"word_count": "my_rewards_pkg:word_count", "broken": "my_rewards_pkg:missing"}
+    declare_distribution(tmp_path, "my-rewards-pkg", {ENTRY_POINT_GROUP: rewards})
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "my_rewards_pkg", raising=False)
 
@@ -321,10 +318,7 @@ def test_entry_point_of_an_installed_distribution_is_found(tmp_path, monkeypatch
 
 
 def test_registered_names_win_over_entry_points(tmp_path, monkeypatch):
-    dist = tmp_path / "shadow-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: shadow\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\nvader = nowhere:nothing\n")
+    declare_distribution(tmp_path, "shadow", {ENTRY_POINT_GROUP: {"vader": "nowhere:nothing"}})
     monkeypatch.syspath_prepend(str(tmp_path))
     assert get_reward("vader").fn is vader_sentiment
 
