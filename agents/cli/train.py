@@ -66,6 +66,11 @@ def happo_parser() -> HfArgumentParser:
     return build_parser("happo")
 
 
+def mappo_parser() -> HfArgumentParser:
+    """``cory-train --learner mappo``'s command line (PPO's settings and the critic's): docs/cli.md."""
+    return build_parser("mappo")
+
+
 def chosen_learner(argv: list[str]) -> str:
     """``--learner``'s value on the command line, read before the rest: it chooses the learner's section."""
     first = argparse.ArgumentParser(add_help=False, allow_abbrev=False)

@@ -16,5 +16,8 @@
   tests, power, the verdict's wording);
 - :mod:`~cory_agents.evaluation.communication`: the signalling game's communication measures (what
   ``cory-eval`` reports for a signalling team);
-- :mod:`~cory_agents.evaluation.plan`: ``cory-bench --plan``, the seeds a decision needs.
+- :mod:`~cory_agents.evaluation.plan`: ``cory-bench --plan``, the seeds a decision needs;
+- :mod:`~cory_agents.evaluation.benchmark_config`: ``cory-bench``'s own flags;
+- :mod:`~cory_agents.evaluation.sequential`: ``cory-bench --sequential``, seeds added in stages until each
+  comparison is decided (alpha spending).
 """

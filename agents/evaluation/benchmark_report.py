@@ -21,7 +21,7 @@ from cory_agents.training.plots import learner_columns, plot_comparison, plot_kl
 from cory_env.tasks import get_task
 
 if TYPE_CHECKING:
-    from cory_agents.evaluation.reward_benchmark import BenchmarkConfig
+    from cory_agents.evaluation.benchmark_config import BenchmarkConfig
     from cory_agents.training.config import TrainConfig
 
 #: Training metrics (the last iterations, metrics.csv) and evaluation metrics in the report. The collective
@@ -153,9 +153,32 @@ def has_held_out_evaluation(task: str) -> bool:
     return get_task(task).min_agents == 1
 
 
+def aligned_window(window: int, period: int, iterations: int) -> int:
+    """The final window, never cut by a role exchange: with roles exchanged every ``period`` iterations,
+    ``window`` rounded up to a multiple of ``2 period`` (at most ``iterations``). Any ``2 k period``
+    consecutive iterations hold ``k period`` of each arrangement, wherever they end: a window of the last
+    5 iterations of a period-5 run may be the first block after a swap, one of 10 is both arrangements
+    alike. ``period`` 0 (or not below ``iterations``): no exchange in the runs, ``window`` as given.
+
+    >>> aligned_window(5, 5, 40), aligned_window(1, 5, 40), aligned_window(12, 5, 40), aligned_window(5, 0, 40)
+    (10, 10, 20, 5)
+    """
+    if not 0 < period < iterations:
+        return window
+    return min(-(-window // (2 * period)) * 2 * period, iterations)
+
+
+def exchange_period(train: TrainConfig, algos: list[str]) -> int:
+    """The role-exchange period of a benchmark's runs: CORY's ``--role-exchange-period`` when an entry exchanges
+    roles (a team of several agents without ``--no-role-exchange``), else 0."""
+    teams = any(a.partition(":")[0] != "ppo" for a in algos)
+    return 0 if not teams or train.no_role_exchange else train.role_exchange_period
+
+
 def write_report(out: Path, train: TrainConfig, bench: BenchmarkConfig, settings: dict[str, Any]) -> dict[str, Any]:
     """report.json, report.md and the curve PNGs of the runs in ``out`` (``settings``: benchmark.json's)."""
     seeds = list(range(bench.seed, bench.seed + bench.seeds))
+    window = aligned_window(bench.final_window, exchange_period(train, bench.algos), train.iterations)
     rise_k = reward_rise_k(train.iterations)
     runs: dict[str, dict[str, Any]] = {}
     frames: dict[str, list[pd.DataFrame]] = {}
@@ -169,7 +192,7 @@ def write_report(out: Path, train: TrainConfig, bench: BenchmarkConfig, settings
             df = read_metrics(folder)
             frames.setdefault(algo.upper(), []).append(df)
             per_seed_seconds.append(float(df.groupby("iteration")["seconds"].last().median()))
-            final = with_mean_of_learners(final_training_metrics(df, bench.final_window), TRAIN_METRICS)
+            final = with_mean_of_learners(final_training_metrics(df, window), TRAIN_METRICS)
             rises = reward_rises(df, train.batch_size, rise_k)
             evaluated = json.loads((folder / "evaluation.json").read_text())["learners"] if held_out else {}
             evaluated = with_mean_of_learners(evaluated, EVAL_METRICS)
@@ -215,7 +238,8 @@ def write_report(out: Path, train: TrainConfig, bench: BenchmarkConfig, settings
         "task": train.task,
         "model": train.model,
         "iterations": train.iterations,
-        "final_window": bench.final_window,
+        "final_window": window,
+        "final_window_requested": bench.final_window,
         "held_out": held_out,
         "seeds": seeds,
         "algos": bench.algos,
@@ -228,9 +252,37 @@ def write_report(out: Path, train: TrainConfig, bench: BenchmarkConfig, settings
         "seconds_per_iteration": seconds,
         "settings": settings,
     }
+    if bench.margin > 0 and len(bench.algos) > 1:  # the words of each comparison (cycle: plan reads this module)
+        from cory_agents.evaluation.plan import plan
+
+        report["decisions"] = plan(report, bench.margin, bench.plan_metric, alpha=bench.alpha)
     write_json(out / "report.json", report)
     write_text(out / "report.md", format_report(report))
     return report
+
+
+def decisions_section(decisions: dict[str, Any] | None) -> list[str]:
+    """The report's "Decisions" section (``--margin``): each entry against the baseline in one of the three
+    wordings (:func:`~cory_agents.evaluation.decisions.verdict`), and the seeds a decision needs."""
+    if not decisions:
+        return []
+    part = "held-out" if decisions["part"] == "eval" else "training"
+    return [
+        f"## Decisions: {decisions['metric']} ({part}), margin +-{decisions['margin']:g} declared before the runs",
+        "",
+        f"Welch's test of a difference and the two one-sided tests of equivalence, each at alpha "
+        f"{decisions['alpha']:g}; the seeds per entry that detect a difference of {decisions['margin']:g} with "
+        f"{decisions['power']:.0%} power, from these seeds' spread (`cory-bench --plan`).",
+        "",
+        markdown_table(
+            ["entry", "against", "difference", "decision", "seeds needed"],
+            [
+                [p["algo"], p["against"], f"{p['difference']:+.3g}", p["verdict"], str(p["seeds_needed"])]
+                for p in decisions["pairs"]
+            ],
+        ),
+        "",
+    ]
 
 
 def _p_value(p: Any) -> str:
@@ -289,6 +341,8 @@ def format_report(report: dict[str, Any]) -> str:
 
     window = report.get("final_window", 1)
     last = "the last iteration" if window == 1 else f"the last {window} iterations"
+    if window != report.get("final_window_requested", window):
+        last += f" (--final-window {report['final_window_requested']} aligned to the role exchange: both arrangements alike)"
     batches = "the final training batch" if window == 1 else f"the last {window} training batches, averaged"
     no_held_out = [
         "## Held-out evaluation: none",
@@ -343,6 +397,7 @@ def format_report(report: dict[str, Any]) -> str:
         *tests("train"),
         "",
         *(held_out_section() if report.get("held_out", True) else no_held_out),
+        *decisions_section(report.get("decisions")),
         "## Cost",
         "",
         "Seconds per training iteration (each run's median over its iterations; mean ± std over seeds), "

@@ -94,6 +94,11 @@ def plan(
     return {"part": part, "metric": name, "margin": margin, "power": power, "alpha": alpha, "pairs": pairs}
 
 
+def comparison_values(report: dict[str, Any], algo: str, part: str, metric: str) -> np.ndarray:
+    """An entry's scores over seeds in ``report`` (its mean-of-learners row's, else its learner's), finite ones."""
+    return _values(_row(report, algo), part, metric)
+
+
 def _values(row: dict[str, Any], part: str, metric: str) -> np.ndarray:
     values = np.asarray((row.get(part) or {}).get(metric, {}).get("values", []), dtype=np.float64)
     return values[np.isfinite(values)]

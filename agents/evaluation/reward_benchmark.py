@@ -5,6 +5,8 @@
     cory-bench --out runs/bench --resume            # continue after a crash, or with more --seeds
     cory-bench --algos cory cory:happo cory:difference --out runs/marl   # learners compared, CORY the baseline
     cory-bench --out runs/marl --plan --margin 0.15  # from that pilot: the seeds a decision needs, and their cost
+    cory-bench --algos cory cory:mappo --task signal --margin 0.15 --sequential obrien-fleming --stages 3 6 10 \
+        --budget-hours 12 --out runs/study           # seeds in stages until each entry is decided (or the budget)
 
 Every flag of examples/train_cory.py (--model, --batch-size, --kl-coef, --lora, ...) applies
 to every run, except those the benchmark sets per run (--algo, --seed, --out, --resume,
@@ -41,16 +43,19 @@ import argparse
 import dataclasses
 import gc
 import json
+import multiprocessing
 import sys
 import typing
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
 from cory_agents.cli.errors import add_debug_flag, one_line_errors, refuse_retired_flags
+from cory_agents.evaluation.benchmark_config import DEFAULT_ALGOS, BenchmarkConfig
 from cory_agents.evaluation.benchmark_report import (
     KL_VS_REWARD_PLOT,
     PLOTS,
@@ -62,7 +67,8 @@ from cory_agents.evaluation.benchmark_report import (
 from cory_agents.evaluation.held_out import EvalConfig, evaluate, load_reward
 from cory_agents.evaluation.plan import format_plan, plan_from_folder
 from cory_agents.evaluation.report import write_json
-from cory_agents.learners.lm import LMLearnerConfig, flag
+from cory_agents.evaluation.sequential import format_sequential, run_sequential
+from cory_agents.learners.lm import LMLearnerConfig
 from cory_agents.training.checkpoint import checkpoint_iteration, latest_checkpoint
 from cory_agents.training.config import (
     ALGOS,
@@ -75,7 +81,6 @@ from cory_agents.training.config import (
     titled_section,
 )
 from cory_agents.training.ownership import check_out_folder, check_run_removable, refuse, remove_if_empty, remove_run
-from cory_agents.training.registry import available_learners
 from cory_agents.training.resumable import changed_settings
 from cory_agents.training.trainer import Trainer
 from cory_env.errors import UsageError
@@ -85,66 +90,8 @@ from cory_env.tasks import get_task
 PER_RUN = ("algo", "seed", "out", "resume", "overwrite")
 #: A run's file, in a game without held-out evaluation, that says it finished training (and how far).
 TRAINED = "trained.json"
-#: ``--algos`` by default: the single-agent baseline and CORY.
-DEFAULT_ALGOS = ("ppo", "cory")
 #: Settings a --resume may change: they do not change what a finished run means.
 MAY_CHANGE = ("iterations", "device", "checkpoint_every", "report_to", "samples_per_iteration", "reward_timeout")
-
-
-@dataclass
-class BenchmarkConfig:
-    """The benchmark's own flags; the training flags come from TrainConfig."""
-
-    out: str = flag("runs/reward-benchmark", "benchmark folder: runs, report.md, report.json, plots")
-    seeds: int = flag(3, "seeds per algorithm (the paper: 3)")
-    seed: int = flag(0, "first seed; the runs use seed, seed + 1, ...")
-    algos: list[str] = field(
-        default_factory=lambda: list(DEFAULT_ALGOS),
-        metadata={"help": "algorithms to compare, the first the baseline: ppo, cory, or ALGO:LEARNER (cory:happo)"},
-    )
-    resume: bool = flag(False, "continue the benchmark in --out: skip finished runs, resume half-finished ones")
-    overwrite: bool = flag(False, "start over in an --out that already holds a benchmark (deletes its runs)")
-    eval_prompts: int = flag(64, "held-out prompts each final policy answers")
-    eval_samples_per_prompt: int = flag(1, "answers per held-out prompt (k of pass@k)")
-    eval_split: str = flag("test", "held-out split of the task's prompts", choices=["train", "test"])
-    eval_batch_size: int = flag(32, "conversations generated together in the evaluation")
-    eval_seed: int = flag(0, "seed of the held-out prompts and sampling, the same for every run")
-    final_window: int = flag(1, "training iterations averaged for the final training metrics (1: the last)")
-    progress: bool = flag(True, "show progress bars")
-    plan: bool = flag(
-        False,
-        "train nothing: read the finished pilot in --out and print the seeds per learner a difference of --margin needs (agents/evaluation/plan.py)",
-    )
-    margin: float = flag(
-        0.0, "--plan: the difference that matters, declared before the study (e.g. 0.15 of a success rate)"
-    )
-    plan_metric: str = flag(
-        "", "--plan: the report's metric to plan on (default: the held-out task reward, else the collective reward)"
-    )
-
-    def __post_init__(self) -> None:
-        unknown = [a for a in self.algos if not _is_arm(a)]
-        if unknown or not self.algos:
-            raise UsageError(
-                f"--algos {' '.join(self.algos)}: choose among {', '.join(ALGOS)}, each alone (with --learner) or as "
-                f"ALGO:LEARNER, LEARNER one of {', '.join(available_learners())} (cory:happo)"
-            )
-        if len(set(self.algos)) < len(self.algos):
-            raise UsageError(f"--algos {' '.join(self.algos)} names an algorithm twice: give each once")
-        for name in ("seeds", "eval_prompts", "eval_samples_per_prompt", "eval_batch_size", "final_window"):
-            if getattr(self, name) < 1:  # the evaluation's, checked now: it runs after the first training run
-                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        if self.plan and not self.margin > 0:
-            raise UsageError(
-                f"--plan needs --margin, the difference that matters (e.g. --margin 0.15), got {self.margin}"
-            )
-        if self.resume and self.overwrite:
-            raise UsageError("--resume continues a benchmark and --overwrite starts it over: give one")
-
-
-def _is_arm(arm: str) -> bool:
-    algo, colon, learner = arm.partition(":")
-    return algo in ALGOS and (not colon or learner in available_learners())
 
 
 class BenchmarkExistsError(UsageError, FileExistsError):
@@ -210,10 +157,50 @@ def completed_iterations(folder: Path) -> int:
     return 0 if checkpoint is None else checkpoint_iteration(checkpoint) + 1
 
 
-def _stop_if_stopped(trainer: Trainer) -> None:
-    """A run stopped by Ctrl-C or SIGTERM stops the benchmark too, with cory-train's exit status."""
-    if trainer.stop_status:
-        sys.exit(trainer.stop_status)
+def _stop_if_stopped(status: int) -> None:
+    """A run stopped by Ctrl-C or SIGTERM (its trainer's ``stop_status``) stops the benchmark too, with
+    cory-train's exit status."""
+    if status:
+        sys.exit(status)
+
+
+def train_and_evaluate(config: TrainConfig, evaluation: EvalConfig | None, progress: bool) -> int:
+    """Train one run to its ``--iterations`` (resuming it), then its held-out ``evaluation`` (``None``: a team game,
+    whose TRAINED file then marks it finished). Returns the trainer's stop status (0: finished)."""
+    folder = Path(config.out)
+    if completed_iterations(folder) < config.iterations or evaluation is None and _trained(folder) < config.iterations:
+        trainer = Trainer(config)
+        trainer.train(progress=progress)
+        status = trainer.stop_status
+        del trainer
+        gc.collect()
+        if status:
+            return status
+    if evaluation is None:
+        write_json(folder / TRAINED, {"iterations_trained": completed_iterations(folder)})
+    else:
+        evaluate(evaluation, progress=progress)
+        gc.collect()
+    return 0
+
+
+def _one_thread() -> None:
+    """A ``--jobs`` worker's start: one thread, so that the runs share the cores instead of fighting over them."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _portable(config: TrainConfig, learners: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """A run's settings as they cross to a worker process: the benchmark's learners and the fields (an installed
+    learner's config class is made at run time, :func:`~cory_agents.training.config.config_class`, and is not
+    picklable by name)."""
+    return learners, dataclasses.asdict(config)
+
+
+def _run_in_process(portable: tuple[list[str], dict[str, Any]], evaluation: EvalConfig | None) -> int:
+    learners, fields = portable
+    return train_and_evaluate(TrainConfig.for_learner(*learners)(**fields), evaluation, progress=False)
 
 
 def _trained(folder: Path) -> int:
@@ -363,33 +350,34 @@ def run_benchmark(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
         _check_finished_runs(out, train, bench, [run_dir(out, algo, seed) for seed, algo in runs])
     out.mkdir(parents=True, exist_ok=True)
     _prepare(out, train, bench)
-    bar = tqdm(total=len(runs), desc="benchmark", unit="run", disable=not bench.progress)
+    todo = []  # (run's settings, its evaluation or None) of each run not finished yet
     for seed, algo in runs:
         folder = run_dir(out, algo, seed)
-        bar.set_postfix_str(f"{algo} seed {seed}")
         config = dataclasses.replace(
             train, **for_algo(train, algo), seed=seed, out=str(folder), resume=True, overwrite=False
         )
         evaluation = _evaluation(folder, train, bench)
         if not held_out:  # the training metrics are the result; TRAINED marks the run finished
             if _trained(folder) < config.iterations:  # (its checkpoints may then be deleted)
-                trainer = Trainer(config)
-                trainer.train(progress=bench.progress)
-                _stop_if_stopped(trainer)
-                del trainer
-                gc.collect()
-                write_json(folder / TRAINED, {"iterations_trained": completed_iterations(folder)})
+                todo.append((config, None))
         # Finished and evaluated with these settings: done, its checkpoints kept or deleted (a CORY one is GBs).
         elif not _evaluation_is_current(folder / "evaluation.json", evaluation, config.iterations):
-            if completed_iterations(folder) < config.iterations:
-                trainer = Trainer(config)
-                trainer.train(progress=bench.progress)
-                _stop_if_stopped(trainer)
-                del trainer
-                gc.collect()
-            evaluate(evaluation, progress=bench.progress)
-            gc.collect()
-        bar.update(1)
+            todo.append((config, evaluation))
+    bar = tqdm(total=len(runs), initial=len(runs) - len(todo), desc="benchmark", unit="run", disable=not bench.progress)
+    if bench.jobs == 1:
+        for config, evaluation in todo:
+            bar.set_postfix_str(f"{config.algo}:{config.learner} seed {config.seed}")
+            _stop_if_stopped(train_and_evaluate(config, evaluation, bench.progress))
+            bar.update(1)
+    else:  # each run in a process of its own, one thread each; a stopped run stops the benchmark
+        with ProcessPoolExecutor(
+            bench.jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_one_thread
+        ) as pool:
+            learners = [arm.partition(":")[2] or train.learner for arm in bench.algos]
+            futures = [pool.submit(_run_in_process, _portable(c, learners), e) for c, e in todo]
+            for future in as_completed(futures):
+                _stop_if_stopped(future.result())
+                bar.update(1)
     bar.close()
     return write_report(out, train, bench, _settings(train, bench))
 
@@ -438,6 +426,9 @@ def main(argv: list[str] | None = None) -> None:
     train, bench = parse_args(argv)
     if bench.plan:  # read a pilot, train nothing
         print(format_plan(plan_from_folder(bench.out, bench.margin, bench.plan_metric)))
+        return
+    if bench.sequential:  # stages of seeds, to a decision or the budget
+        print(format_sequential(run_sequential(train, bench, run_benchmark)))
         return
     report = run_benchmark(train, bench)
     out = Path(bench.out)

@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "cory-train": "cory_agents.cli.train:build_parser",
     "cory-train --learner grpo": "cory_agents.cli.train:grpo_parser",
     "cory-train --learner happo": "cory_agents.cli.train:happo_parser",
+    "cory-train --learner mappo": "cory_agents.cli.train:mappo_parser",
     "python examples/play_episode.py": "examples/play_episode.py:build_parser",
     "python examples/plot_runs.py": "examples/plot_runs.py:build_parser",
     "python examples/train_sb3.py": "examples/train_sb3.py:build_parser",

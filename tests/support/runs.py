@@ -127,3 +127,42 @@ def toy_cli_args(model: Path, out: Path, *extra: str) -> list[str]:
 
 def metrics_without_timing(out: Path) -> pd.DataFrame:
     return pd.read_csv(out / "metrics.csv").drop(columns=["tokens_per_s", "seconds"])
+
+
+def toy_bench_args(model: Path, out: Path, *extra: str) -> list[str]:
+    """cory-bench's flags for a benchmark of the toy model in ``out`` (a few seconds a run), then ``extra``."""
+    return [
+        "--model",
+        str(model),
+        "--reward",
+        "tests.support.toy:fraction_good",
+        "--prompt-source",
+        "rotten_tomatoes",
+        "--batch-size",
+        "4",
+        "--mini-batch-size",
+        "2",
+        "--ppo-epochs",
+        "1",
+        "--lr",
+        "3e-2",
+        "--min-new-tokens",
+        "3",
+        "--max-new-tokens",
+        "4",
+        "--context-length",
+        "48",
+        "--report-to",
+        "none",
+        "--eval-prompts",
+        "4",
+        "--eval-samples-per-prompt",
+        "2",
+        "--eval-batch-size",
+        "8",
+        "--progress",
+        "false",
+        "--out",
+        str(out),
+        *extra,
+    ]

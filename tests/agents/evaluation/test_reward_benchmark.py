@@ -20,47 +20,15 @@ from cory_agents.training.config import TrainConfig
 from cory_agents.training.plots import plot_kl_vs_reward
 from cory_env.errors import UsageError
 from tests.support import ROOT
+from tests.support.runs import toy_bench_args as toy_args
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 RUNS = ("ppo/seed0", "cory/seed0", "ppo/seed1", "cory/seed1")
 
 
-def toy_args(model: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "--model",
-        str(model),
-        "--reward",
-        "tests.support.toy:fraction_good",
-        "--prompt-source",
-        "rotten_tomatoes",
-        "--batch-size",
-        "4",
-        "--mini-batch-size",
-        "2",
-        "--ppo-epochs",
-        "1",
-        "--lr",
-        "3e-2",
-        "--min-new-tokens",
-        "3",
-        "--max-new-tokens",
-        "4",
-        "--context-length",
-        "48",
-        "--report-to",
-        "none",
-        "--eval-prompts",
-        "4",
-        "--eval-samples-per-prompt",
-        "2",
-        "--eval-batch-size",
-        "8",
-        "--progress",
-        "false",
-        "--out",
-        str(out),
-        *extra,
-    ]
+def samples(run: Path, iteration: int) -> list[dict]:
+    lines = (run / "samples.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["iteration"] == iteration]
 
 
 def mtimes(out: Path) -> dict[str, int]:
@@ -297,6 +265,14 @@ def test_learners_are_compared_against_the_first_entry(tmp_path, toy_model):
         for seed in (0, 1):
             assert json.loads((out / folder / f"seed{seed}" / "config.json").read_text())["learner"] == learner
     assert "llm_0/happo_factor_mean" in pd.read_csv(out / "cory-happo" / "seed0" / "metrics.csv")
+    # Paired seeds: a seed gives every entry the same prompts and the same first answers (the models start alike).
+    first = {
+        (folder, seed): [(r["learner"], r["context"], r["response"]) for r in samples(out / folder / f"seed{seed}", 0)]
+        for folder in ("cory", "cory-happo", "cory-difference")
+        for seed in (0, 1)
+    }
+    assert first[("cory", 0)] and first[("cory", 0)] == first[("cory-happo", 0)] == first[("cory-difference", 0)]
+    assert first[("cory", 1)] == first[("cory-happo", 1)] != first[("cory", 0)]
     report = json.loads((out / "report.json").read_text())
     assert report["baseline"] == "cory"
     compared = {(c["algo"], c["learner"]): c["baseline"] for c in report["comparisons"]}
