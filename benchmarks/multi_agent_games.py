@@ -38,8 +38,12 @@ from matplotlib.figure import Figure
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/multi_agent_games.py` anywhere
 
 from cory_agents.evaluation import reward_benchmark  # noqa: E402
-from cory_agents.evaluation.benchmark_report import MEAN_OF_LEARNERS, format_report, run_dir, write_report  # noqa: E402
-from cory_agents.evaluation.report import fmt, write_sections  # noqa: E402
+from cory_agents.evaluation.benchmark_report import format_report, run_dir, write_report  # noqa: E402
+from cory_agents.evaluation.report import (  # noqa: E402
+    MEAN_OF_LEARNERS,  # noqa: E402
+    fmt,
+    write_sections,
+)
 from cory_agents.training.metrics import read_metrics  # noqa: E402
 from cory_agents.training.ownership import remove_checkpoints  # noqa: E402
 from cory_agents.training.plots import learner_columns  # noqa: E402

@@ -18,6 +18,8 @@
   ``cory-eval`` reports for a signalling team);
 - :mod:`~cory_agents.evaluation.plan`: ``cory-bench --plan``, the seeds a decision needs;
 - :mod:`~cory_agents.evaluation.benchmark_config`: ``cory-bench``'s own flags;
+- :mod:`~cory_agents.evaluation.archive`: a benchmark's record archived, its report regenerated from it, and
+  its runs exported for marl-eval;
 - :mod:`~cory_agents.evaluation.sequential`: ``cory-bench --sequential``, seeds added in stages until each
   comparison is decided (alpha spending).
 """

@@ -3,11 +3,12 @@
 - **What runs**: ``--algos`` (the first the baseline), ``--seeds`` from ``--seed``, ``--out``, ``--resume`` /
   ``--overwrite``, the held-out evaluation's ``--eval-*`` settings.
 - **How it is decided**: ``--final-window`` (aligned to the role exchange: never cut by a swap,
-  :func:`~cory_agents.evaluation.benchmark_report.aligned_window`), the ``--margin`` declared before the runs,
+  :func:`~cory_agents.evaluation.rl_statistics.aligned_window`), the ``--margin`` declared before the runs,
   ``--alpha``; ``--plan`` (:mod:`~cory_agents.evaluation.plan`) reads a pilot, ``--sequential`` adds seeds in
   ``--stages`` until every comparison is decided or ``--budget-hours`` is spent
   (:mod:`~cory_agents.evaluation.sequential`).
 - **How it is run**: ``--jobs`` runs in parallel processes (one thread each).
+- **What is kept**: ``--archive``, ``--report-only``, ``--export marl-eval`` (:mod:`~cory_agents.evaluation.archive`).
 """
 
 from __future__ import annotations
@@ -78,6 +79,20 @@ class BenchmarkConfig:
         0.0, "--sequential: stop before a stage whose runs would take the study past these hours of training (0: none)"
     )
 
+    report_only: bool = flag(
+        False, "train nothing: rewrite the report of the benchmark (or archive) in --out from its runs' files"
+    )
+    archive: str = flag(
+        "",
+        "train nothing: copy the record of every run in --out (metrics, settings, samples, evaluation, code; no "
+        "checkpoints) to this folder and write the report there from the copies alone",
+    )
+    export: str = flag(
+        "",
+        "train nothing: write --out/marl-eval.json, the runs in the MARL evaluation protocol's format (marl-eval)",
+        choices=["", "marl-eval"],
+    )
+
     def __post_init__(self) -> None:
         unknown = [a for a in self.algos if not _is_arm(a)]
         if unknown or not self.algos:
@@ -111,6 +126,19 @@ class BenchmarkConfig:
             )
         if not (math.isfinite(self.budget_hours) and self.budget_hours >= 0):
             raise UsageError(f"--budget-hours must be a number of hours at least 0 (0: none), got {self.budget_hours}")
+        modes = [
+            f
+            for f, on in (
+                ("--plan", self.plan),
+                ("--report-only", self.report_only),
+                ("--archive", self.archive),
+                ("--export", self.export),
+                ("--sequential", self.sequential),
+            )
+            if on
+        ]
+        if len(modes) > 1:
+            raise UsageError(f"{' and '.join(modes)} are different commands: give one")
         if self.resume and self.overwrite:
             raise UsageError("--resume continues a benchmark and --overwrite starts it over: give one")
 

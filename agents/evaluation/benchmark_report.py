@@ -14,10 +14,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from cory_agents.evaluation.report import fmt, markdown_table, write_json, write_text
+from cory_agents.evaluation.plan import format_decisions, plan
+from cory_agents.evaluation.report import MEAN_OF_LEARNERS, fmt, markdown_table, write_json, write_text
+from cory_agents.evaluation.rl_statistics import aligned_window
 from cory_agents.evaluation.statistics import mean_ci, reward_rise, welch_test
 from cory_agents.training.metrics import read_metrics
 from cory_agents.training.plots import learner_columns, plot_comparison, plot_kl_vs_reward
+from cory_agents.training.provenance import run_commits
 from cory_env.tasks import get_task
 
 if TYPE_CHECKING:
@@ -43,7 +46,6 @@ EVAL_METRICS = {
 }
 PLOTS = {"task_reward_mean": "task_reward.png", "kl": "kl.png", "combined_reward": "combined_reward.png"}
 KL_VS_REWARD_PLOT = "kl_vs_reward.png"
-MEAN_OF_LEARNERS = "mean"  # the learner column of a row that averages a run's learners (CORY's two)
 #: Metrics reported with the t-interval of their mean and tested against the baseline (Welch).
 COMPARED_METRICS = ("task_reward_mean", "kl", "combined_reward", "collective_reward")
 CONFIDENCE = 0.95
@@ -153,21 +155,6 @@ def has_held_out_evaluation(task: str) -> bool:
     return get_task(task).min_agents == 1
 
 
-def aligned_window(window: int, period: int, iterations: int) -> int:
-    """The final window, never cut by a role exchange: with roles exchanged every ``period`` iterations,
-    ``window`` rounded up to a multiple of ``2 period`` (at most ``iterations``). Any ``2 k period``
-    consecutive iterations hold ``k period`` of each arrangement, wherever they end: a window of the last
-    5 iterations of a period-5 run may be the first block after a swap, one of 10 is both arrangements
-    alike. ``period`` 0 (or not below ``iterations``): no exchange in the runs, ``window`` as given.
-
-    >>> aligned_window(5, 5, 40), aligned_window(1, 5, 40), aligned_window(12, 5, 40), aligned_window(5, 0, 40)
-    (10, 10, 20, 5)
-    """
-    if not 0 < period < iterations:
-        return window
-    return min(-(-window // (2 * period)) * 2 * period, iterations)
-
-
 def exchange_period(train: TrainConfig, algos: list[str]) -> int:
     """The role-exchange period of a benchmark's runs: CORY's ``--role-exchange-period`` when an entry exchanges
     roles (a team of several agents without ``--no-role-exchange``), else 0."""
@@ -200,6 +187,7 @@ def write_report(out: Path, train: TrainConfig, bench: BenchmarkConfig, settings
                 "train": final,
                 "eval": {n: {m: v.get(m) for m in EVAL_METRICS} for n, v in evaluated.items()},
                 "reward_rise": rises,
+                "commits": run_commits(folder),
             }
             per_seed_train.append(final)
             per_seed_eval.append(evaluated)
@@ -250,39 +238,31 @@ def write_report(out: Path, train: TrainConfig, bench: BenchmarkConfig, settings
         "baseline": bench.algos[0],
         "comparisons": _comparisons(summary, bench.algos[0]),
         "seconds_per_iteration": seconds,
+        "commits": list(dict.fromkeys(c for run in runs.values() for c in run["commits"])),
         "settings": settings,
     }
-    if bench.margin > 0 and len(bench.algos) > 1:  # the words of each comparison (cycle: plan reads this module)
-        from cory_agents.evaluation.plan import plan
-
+    if bench.margin > 0 and len(bench.algos) > 1:  # the words of each comparison
         report["decisions"] = plan(report, bench.margin, bench.plan_metric, alpha=bench.alpha)
     write_json(out / "report.json", report)
     write_text(out / "report.md", format_report(report))
     return report
 
 
-def decisions_section(decisions: dict[str, Any] | None) -> list[str]:
-    """The report's "Decisions" section (``--margin``): each entry against the baseline in one of the three
-    wordings (:func:`~cory_agents.evaluation.decisions.verdict`), and the seeds a decision needs."""
-    if not decisions:
-        return []
-    part = "held-out" if decisions["part"] == "eval" else "training"
-    return [
-        f"## Decisions: {decisions['metric']} ({part}), margin +-{decisions['margin']:g} declared before the runs",
-        "",
-        f"Welch's test of a difference and the two one-sided tests of equivalence, each at alpha "
-        f"{decisions['alpha']:g}; the seeds per entry that detect a difference of {decisions['margin']:g} with "
-        f"{decisions['power']:.0%} power, from these seeds' spread (`cory-bench --plan`).",
-        "",
-        markdown_table(
-            ["entry", "against", "difference", "decision", "seeds needed"],
-            [
-                [p["algo"], p["against"], f"{p['difference']:+.3g}", p["verdict"], str(p["seeds_needed"])]
-                for p in decisions["pairs"]
-            ],
-        ),
-        "",
-    ]
+def code_line(report: dict[str, Any]) -> str:
+    """Which code made the runs: one commit, or each commit with its runs (and the runs made before it was kept)."""
+    runs = report.get("runs", {})
+    unknown = [name for name, run in runs.items() if not run.get("commits")]
+    commits = report.get("commits") or []
+    if len(commits) == 1 and not unknown:
+        return f"Every run was made with the code of commit {commits[0]}."
+    parts = [f"{c} ({', '.join(n for n, r in runs.items() if c in r.get('commits', []))})" for c in commits]
+    if unknown:
+        parts.append(f"not recorded ({', '.join(unknown)})")
+    return (
+        "**The runs were made with different code**: " + "; ".join(parts) + "."
+        if len(parts) > 1
+        else (f"The code of the runs is not recorded ({', '.join(unknown)})." if unknown else "")
+    )
 
 
 def _p_value(p: Any) -> str:
@@ -386,6 +366,7 @@ def format_report(report: dict[str, Any]) -> str:
         "Every cell: mean ± std over seeds (population std, as the bands of the plots); task reward, KL and "
         f"combined reward also [the {level} t-interval of the mean] (none with one seed). "
         f"`{MEAN_OF_LEARNERS}` rows average a run's learners before the seeds.",
+        code_line(report),
         "",
         f"## Training: {last}",
         "",
@@ -397,7 +378,7 @@ def format_report(report: dict[str, Any]) -> str:
         *tests("train"),
         "",
         *(held_out_section() if report.get("held_out", True) else no_held_out),
-        *decisions_section(report.get("decisions")),
+        *format_decisions(report.get("decisions")),
         "## Cost",
         "",
         "Seconds per training iteration (each run's median over its iterations; mean ± std over seeds), "

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from cory_agents.evaluation.benchmark_report import MEAN_OF_LEARNERS
 from cory_agents.evaluation.decisions import pooled_sd, seeds_for_power, verdict
+from cory_agents.evaluation.report import MEAN_OF_LEARNERS, markdown_table
 from cory_env.errors import UsageError
 
 
@@ -130,3 +130,27 @@ def format_plan(result: dict[str, Any]) -> str:
             f"learner needed, {hours:.1f} CPU-hours more on this machine"
         )
     return "\n".join(lines)
+
+
+def format_decisions(decisions: dict[str, Any] | None) -> list[str]:
+    """The report's "Decisions" section (``--margin``): each entry against the baseline in one of the three
+    wordings (:func:`~cory_agents.evaluation.decisions.verdict`), and the seeds a decision needs."""
+    if not decisions:
+        return []
+    part = "held-out" if decisions["part"] == "eval" else "training"
+    return [
+        f"## Decisions: {decisions['metric']} ({part}), margin +-{decisions['margin']:g} declared before the runs",
+        "",
+        f"Welch's test of a difference and the two one-sided tests of equivalence, each at alpha "
+        f"{decisions['alpha']:g}; the seeds per entry that detect a difference of {decisions['margin']:g} with "
+        f"{decisions['power']:.0%} power, from these seeds' spread (`cory-bench --plan`).",
+        "",
+        markdown_table(
+            ["entry", "against", "difference", "decision", "seeds needed"],
+            [
+                [p["algo"], p["against"], f"{p['difference']:+.3g}", p["verdict"], str(p["seeds_needed"])]
+                for p in decisions["pairs"]
+            ],
+        ),
+        "",
+    ]

@@ -17,6 +17,9 @@ import numpy as np
 from cory_env.errors import CoryError, UsageError
 from cory_env.write_failures import could_not_write, write_whole
 
+#: The learner column of a report's row that averages a run's learners (CORY's two).
+MEAN_OF_LEARNERS = "mean"
+
 
 def jsonable(value: Any) -> Any:
     """NaN and infinities as ``null`` (strict JSON), numpy scalars as Python numbers."""

@@ -5,6 +5,9 @@
     cory-bench --out runs/bench --resume            # continue after a crash, or with more --seeds
     cory-bench --algos cory cory:happo cory:difference --out runs/marl   # learners compared, CORY the baseline
     cory-bench --out runs/marl --plan --margin 0.15  # from that pilot: the seeds a decision needs, and their cost
+    cory-bench --out runs/marl --archive docs/my-study  # its record (no checkpoints), the report from it alone
+    cory-bench --out docs/my-study --report-only     # the report again, from the archive
+    cory-bench --out runs/marl --export marl-eval    # runs/marl/marl-eval.json for marl-eval's tools
     cory-bench --algos cory cory:mappo --task signal --margin 0.15 --sequential obrien-fleming --stages 3 6 10 \
         --budget-hours 12 --out runs/study           # seeds in stages until each entry is decided (or the budget)
 
@@ -55,6 +58,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from cory_agents.cli.errors import add_debug_flag, one_line_errors, refuse_retired_flags
+from cory_agents.evaluation.archive import archive, report_only, write_marl_eval
 from cory_agents.evaluation.benchmark_config import DEFAULT_ALGOS, BenchmarkConfig
 from cory_agents.evaluation.benchmark_report import (
     KL_VS_REWARD_PLOT,
@@ -426,6 +430,13 @@ def main(argv: list[str] | None = None) -> None:
     train, bench = parse_args(argv)
     if bench.plan:  # read a pilot, train nothing
         print(format_plan(plan_from_folder(bench.out, bench.margin, bench.plan_metric)))
+        return
+    if bench.report_only or bench.archive:  # the report from the runs' files, in --out or in the archive
+        report = report_only(bench.out) if bench.report_only else archive(bench.out, bench.archive)
+        print(format_report(report).split("## Curves")[0].rstrip())
+        return
+    if bench.export:
+        print(f"wrote {write_marl_eval(bench.out)}")
         return
     if bench.sequential:  # stages of seeds, to a decision or the budget
         print(format_sequential(run_sequential(train, bench, run_benchmark)))

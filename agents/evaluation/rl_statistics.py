@@ -342,3 +342,18 @@ def final_window(values, k: int) -> float | np.ndarray:
         raise ValueError(f"final_window needs 1 <= k <= {v.shape[-1] if v.ndim else 0} values, got k={k}")
     mean = v[..., -k:].mean(axis=-1)
     return float(mean) if v.ndim == 1 else mean
+
+
+def aligned_window(window: int, period: int, iterations: int) -> int:
+    """The final window, never cut by a role exchange: with roles exchanged every ``period`` iterations,
+    ``window`` rounded up to a multiple of ``2 period`` (at most ``iterations``). Any ``2 k period``
+    consecutive iterations hold ``k period`` of each arrangement, wherever they end: a window of the last
+    5 iterations of a period-5 run may be the first block after a swap, one of 10 is both arrangements
+    alike. ``period`` 0 (or not below ``iterations``): no exchange in the runs, ``window`` as given.
+
+    >>> aligned_window(5, 5, 40), aligned_window(1, 5, 40), aligned_window(12, 5, 40), aligned_window(5, 0, 40)
+    (10, 10, 20, 5)
+    """
+    if not 0 < period < iterations:
+        return window
+    return min(-(-window // (2 * period)) * 2 * period, iterations)

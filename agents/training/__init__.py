@@ -14,6 +14,7 @@ A run flows one way: :mod:`~cory_agents.training.config` (settings, resolved and
 - :mod:`~cory_agents.training.trainer`: the :class:`~cory_agents.training.trainer.Trainer` loop (rollout,
   learn, log, checkpoint);
 - :mod:`~cory_agents.training.checkpoint`: safe, atomic checkpoints and resume;
+- :mod:`~cory_agents.training.provenance`: which code (version, git commit) trained each session of a run;
 - :mod:`~cory_agents.training.interrupt`: Ctrl-C and SIGTERM stop after the iteration;
 - :mod:`~cory_agents.training.metrics`, :mod:`~cory_agents.training.trackers`,
   :mod:`~cory_agents.training.plots`: metrics.csv, experiment trackers, PNG curves;

@@ -43,13 +43,20 @@ from pathlib import Path
 from cory_agents.training.checkpoint import TEMPORARY
 from cory_agents.training.metrics import METRICS_FILE, SAMPLES_FILE
 from cory_agents.training.plots import RUN_PLOTS
+from cory_agents.training.provenance import PROVENANCE_FILE
 from cory_env.errors import UsageError
 from cory_env.models import PRETRAINED_FILE
 
 #: The manifest an export writes into each learner's folder: the files it wrote there.
 MANIFEST = "cory-export.json"
 #: The files a run writes into its --out by these names.
-RUN_FILES = ("config.json", METRICS_FILE, SAMPLES_FILE, *(filename for _, filename in RUN_PLOTS.values()))
+RUN_FILES = (
+    "config.json",
+    METRICS_FILE,
+    SAMPLES_FILE,
+    PROVENANCE_FILE,
+    *(filename for _, filename in RUN_PLOTS.values()),
+)
 #: A run's settings that every config.json a run writes holds (how a run folder is recognised).
 RUN_KEYS = ("algo", "learner", "iterations", "kl_coef", "checkpoint_every")
 #: Checkpoint files, and the leftovers of their writes (cory_agents.training.checkpoint).

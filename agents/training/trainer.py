@@ -55,6 +55,7 @@ from cory_agents.training.interrupt import StopRequests
 from cory_agents.training.metrics import MetricsLogger
 from cory_agents.training.ownership import check_run_folder, remove_checkpoints
 from cory_agents.training.plots import plot_run
+from cory_agents.training.provenance import record_session
 from cory_agents.training.resumable import check_resumable
 from cory_agents.training.run_lock import RunExistsError, RunLock
 from cory_env.errors import CoryError, UsageError
@@ -327,6 +328,7 @@ class Trainer:
             settings = json.dumps(dataclasses.asdict(c), indent=2)
             with writing(self.out / "config.json", len(settings)):  # whole, or a full disk's one line
                 write_whole(self.out / "config.json", settings)
+            record_session(self.out, self.iteration)  # which code trains from here
         bar = tqdm(total=c.iterations, initial=self.iteration, disable=not (progress and main), desc=c.algo, unit="it")
         self.stopped_by = ""
         abandoned = ""  # the reward whose call a stop request abandoned, if one was

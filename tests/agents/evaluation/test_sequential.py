@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from cory_agents.evaluation.benchmark_report import aligned_window
 from cory_agents.evaluation.decisions import tost, verdict
 from cory_agents.evaluation.reward_benchmark import main
+from cory_agents.evaluation.rl_statistics import aligned_window
 from cory_agents.evaluation.sequential import LOOKS, alpha_spent, boundaries, decide, nominal_levels
 from cory_env.errors import UsageError
 from tests.support.runs import toy_bench_args
