@@ -87,6 +87,11 @@ class BenchmarkConfig:
         "train nothing: copy the record of every run in --out (metrics, settings, samples, evaluation, code; no "
         "checkpoints) to this folder and write the report there from the copies alone",
     )
+    study: str = flag(
+        "",
+        "run the study a file declares (TOML: arms, settings, design, archive, page; agents/evaluation/study.py), "
+        "archive it and write its page section; with --report-only, the section from the archive",
+    )
     export: str = flag(
         "",
         "train nothing: write --out/marl-eval.json, the runs in the MARL evaluation protocol's format (marl-eval)",
@@ -130,10 +135,11 @@ class BenchmarkConfig:
             f
             for f, on in (
                 ("--plan", self.plan),
-                ("--report-only", self.report_only),
+                ("--report-only", self.report_only and not self.study),
                 ("--archive", self.archive),
                 ("--export", self.export),
                 ("--sequential", self.sequential),
+                ("--study", self.study),
             )
             if on
         ]

@@ -72,6 +72,7 @@ from cory_agents.evaluation.held_out import EvalConfig, evaluate, load_reward
 from cory_agents.evaluation.plan import format_plan, plan_from_folder
 from cory_agents.evaluation.report import write_json
 from cory_agents.evaluation.sequential import format_sequential, run_sequential
+from cory_agents.evaluation.study import run_study
 from cory_agents.learners.lm import LMLearnerConfig
 from cory_agents.training.checkpoint import checkpoint_iteration, latest_checkpoint
 from cory_agents.training.config import (
@@ -430,6 +431,9 @@ def main(argv: list[str] | None = None) -> None:
     train, bench = parse_args(argv)
     if bench.plan:  # read a pilot, train nothing
         print(format_plan(plan_from_folder(bench.out, bench.margin, bench.plan_metric)))
+        return
+    if bench.study:  # the file holds every setting: those of the command line are not read
+        print(f"wrote {run_study(bench.study, bench.report_only)}")
         return
     if bench.report_only or bench.archive:  # the report from the runs' files, in --out or in the archive
         report = report_only(bench.out) if bench.report_only else archive(bench.out, bench.archive)

@@ -1,0 +1,121 @@
+"""cory-bench --study: a study file's runs trained, archived and written into its page; the page written again
+from the archive alone; a sequential design's looks on the page; bad study files refused."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from cory_agents.evaluation.reward_benchmark import main
+from cory_agents.evaluation.rl_statistics import stratified_bootstrap_ci
+from cory_agents.evaluation.study import PROFILE, study_argv
+from cory_env.errors import UsageError
+
+START, END = "<!-- study toy: written by cory-bench --study -->", "<!-- /study toy -->"
+
+
+def write_study(folder, model, design: str) -> tuple:
+    (folder / "docs").mkdir(parents=True)
+    page = folder / "docs" / "page.md"
+    page.write_text(f"# A page\n\nBefore.\n\n{START}\n{END}\n\nAfter.\n")
+    study = folder / "toy.toml"
+    study.write_text(
+        f"""
+[study]
+name = "toy"
+out = "{folder / "runs"}"
+archive = "docs/toy-study"
+page = "docs/page.md"
+
+[design]
+algos = ["cory", "cory:happo"]
+final_window = 1
+margin = 0.2
+{design}
+
+[settings]
+model = "{model}"
+reward = "tests.support.toy:fraction_good"
+prompt_source = "rotten_tomatoes"
+batch_size = 4
+mini_batch_size = 2
+ppo_epochs = 1
+lr = 3e-2
+min_new_tokens = 3
+max_new_tokens = 4
+context_length = 48
+report_to = "none"
+eval_prompts = 4
+eval_samples_per_prompt = 2
+eval_batch_size = 8
+iterations = 2
+progress = false
+"""
+    )
+    return study, page
+
+
+def test_a_study_is_run_archived_and_written_into_its_page_then_rewritten_from_the_archive(tmp_path, toy_model):
+    study, page = write_study(tmp_path, toy_model, "seeds = 2")
+    assert study_argv({"study": {"out": "o"}, "design": {"algos": ["cory"], "metric": "kl", "seeds": 2}}) == [
+        *("--plan-metric", "kl", "--algos", "cory", "--seeds", "2", "--out", "o")
+    ]
+    main(["--study", str(study)])
+    archive = tmp_path / "docs" / "toy-study"
+    assert (archive / "report.json").is_file() and (archive / PROFILE).read_bytes()[:4] == b"\x89PNG"
+    assert not list(archive.rglob("checkpoints"))
+    text = page.read_text()
+    assert text.startswith("# A page\n\nBefore.") and text.endswith("After.\n")  # the rest of the page stays
+    body = text.split(START)[1].split(END)[0]
+    assert "Declared before the runs (`toy.toml`)" in body and "margin 0.2" in body
+    report = json.loads((archive / "report.json").read_text())
+    (pair,) = report["decisions"]["pairs"]
+    assert f"- **cory:happo** against cory: {pair['verdict']}" in body
+    values = next(r for r in report["summary"] if r["algo"] == "cory" and r["learner"] == "mean")
+    x = np.array(values["eval"]["task_reward_mean"]["values"])
+    estimate, low, high = stratified_bootstrap_ci(x[:, None], "iqm")
+    row = next(line for line in body.splitlines() if line.startswith("| cory "))
+    assert [c.strip() for c in row.strip("|").split("|")] == [
+        *("cory", "2", f"{np.mean(x):.3f}", f"{estimate:.3f} [{low:.3f}, {high:.3f}]", "")
+    ]
+    assert "](toy-study/performance_profile.png)" in body and "](toy-study/report.md)" in body
+    # The runs (GBs at full size) may go: the page is written again from the archive alone, the same.
+    shutil.rmtree(tmp_path / "runs")
+    page.write_text(f"# A page\n\nBefore.\n\n{START}\nstale\n{END}\n\nAfter.\n")
+    main(["--study", str(study), "--report-only"])
+    assert page.read_text() == text
+
+
+def test_a_sequential_study_puts_its_looks_on_the_page(tmp_path, toy_model):
+    study, page = write_study(tmp_path, toy_model, 'sequential = "pocock"\nstages = [2, 3]')
+    main(["--study", str(study)])
+    body = page.read_text().split(START)[1].split(END)[0]
+    record = json.loads((tmp_path / "docs" / "toy-study" / "sequential.json").read_text())
+    assert "Group-sequential design (pocock alpha spending, alpha 0.05, margin +-0.2, stages [2, 3])" in body
+    assert f"stopped: {record['stopped']}" in body
+    first = next(line for line in body.splitlines() if line.startswith(f"| {record['looks'][0]['seeds']} "))
+    assert [c.strip() for c in first.strip("|").split("|")][:2] == ["2", f"{record['looks'][0]['level']:.2g}"]
+    assert f"- **cory:happo** against cory: {record['verdicts']['cory:happo']}" in body
+
+
+def test_bad_study_files_are_refused(tmp_path):
+    cases = {
+        "missing.toml": None,
+        "broken.toml": "[study\n",
+        "bare.toml": '[study]\nname = "x"\n',
+        "unknown.toml": '[study]\nname="x"\nout="o"\narchive="a"\npage="p.md"\n[design]\nalgos=["cory"]\nwindow=5\n',
+    }
+    messages = {
+        "missing.toml": "cannot be read",
+        "broken.toml": "cannot be read",
+        "bare.toml": "lacks study.out",
+        "unknown.toml": r"\[design\] has no window",
+    }
+    for name, text in cases.items():
+        if text is not None:
+            (tmp_path / name).write_text(text)
+        with pytest.raises(UsageError, match=messages[name]):
+            main(["--study", str(tmp_path / name)])
