@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmar
 
 from cory_agents.evaluation import reward_benchmark  # noqa: E402
 from cory_agents.evaluation.benchmark_report import format_report, run_dir, write_report  # noqa: E402
+from cory_agents.evaluation.decisions import pooled_sd, smallest_detectable_difference  # noqa: E402
 from cory_agents.evaluation.report import (  # noqa: E402
     MEAN_OF_LEARNERS,  # noqa: E402
     fmt,
@@ -147,16 +148,30 @@ def plot_per_learner(folder: Path, seeds: int, game: str) -> Path:
 
 
 def findings(result: dict, what: str) -> list[str]:
-    """One line per learner against CORY: the collective reward and the learners' mean KL."""
+    """One line per learner against CORY, the collective reward and the learners' mean KL, in the three wordings'
+    terms: "different" (Welch's p below 0.05), else "undecided" with the smallest difference these seeds detect
+    with 80% power (no margin was declared before these runs, so nothing is called equivalent)."""
     lines = []
+    rows = {(r["algo"], r["learner"]): r for r in result["summary"]}
     for test in result["comparisons"]:
         if test["learner"] != MEAN_OF_LEARNERS:
             continue
         cells = []
         for metric, label in (("collective_reward", what), ("kl", "KL (mean of the learners)")):
             w = test["train"][metric]
-            p = "n/a" if w["p_value"] is None or not np.isfinite(w["p_value"]) else f"{w['p_value']:.2f}"
-            cells.append(f"{label} {fmt(w['difference'])} [{fmt(w['ci_low'])}, {fmt(w['ci_high'])}], p {p}")
+            x = rows[(test["algo"], MEAN_OF_LEARNERS)]["train"][metric]["values"]
+            y = rows[(test["baseline"]["algo"], MEAN_OF_LEARNERS)]["train"][metric]["values"]
+            sd, n = pooled_sd(x, y), 2 / (1 / len(x) + 1 / len(y))
+            p = w["p_value"]
+            words = (
+                "different"
+                if p is not None and p < 0.05
+                else f"undecided (smallest detectable difference {smallest_detectable_difference(sd, n):.2g})"
+            )
+            p_text = "n/a" if p is None or not np.isfinite(p) else f"{p:.2f}"
+            cells.append(
+                f"{label} {fmt(w['difference'])} [{fmt(w['ci_low'])}, {fmt(w['ci_high'])}], p {p_text}: {words}"
+            )
         lines.append(f"- **{NAMES[test['algo']]} - CORY**: " + "; ".join(cells) + ".")
     return lines
 
@@ -177,10 +192,12 @@ def write_page(result: dict, seeds: int, game: str, planned: int = SEEDS, page: 
         [
             "",
             f"{seeds} of {planned} seeds archived (docs/multi-agent/games/{game}/). {GAMES[game][1].capitalize()}, "
-            f"mean of the last 5 iterations over seeds [95% interval]: {'; '.join(level)}.",
+            f"mean of the last {result['final_window']} iterations over seeds (the window aligned to the role "
+            f"exchange: both arrangements alike) [95% interval]: {'; '.join(level)}.",
             "",
-            "Differences against CORY over seeds, [95% interval], Welch's p (an interval that holds 0 is no detected "
-            "difference):",
+            'Differences against CORY over seeds, [95% interval], Welch\'s p, and what they decide: "different", or '
+            '"undecided" with the smallest difference these seeds detect with 80% power (an interval that holds 0 '
+            "detects nothing; it does not show equivalence):",
             "",
             *findings(result, GAMES[game][1]),
             "",

@@ -253,6 +253,8 @@ def code_line(report: dict[str, Any]) -> str:
     runs = report.get("runs", {})
     unknown = [name for name, run in runs.items() if not run.get("commits")]
     commits = report.get("commits") or []
+    if not commits:
+        return "The code of the runs is not recorded (they were made before cory-env kept it)." if runs else ""
     if len(commits) == 1 and not unknown:
         return f"Every run was made with the code of commit {commits[0]}."
     parts = [f"{c} ({', '.join(n for n, r in runs.items() if c in r.get('commits', []))})" for c in commits]
