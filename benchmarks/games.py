@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmar
 
 from benchmarks.reproduce import Stopped, iterations_done, over_seeds, run_dir, train  # noqa: E402
 from cory_agents.evaluation.report import fmt, write_sections  # noqa: E402
+from cory_agents.evaluation.rl_statistics import binomial_test_against_chance, rate_ci_over_seeds  # noqa: E402
 from cory_agents.training.metrics import SAMPLES_FILE, read_metrics  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,6 +44,7 @@ RUNS: dict[str, tuple[list[str], int, str]] = {
 }
 COMMON = ["--checkpoint-every", "5", "--report-to", "none", "--save-model", "false", "--samples-per-iteration", "4"]
 WINDOW = 5  # iterations averaged at the start and the end of a curve
+SIGNAL_BATCH, SIGNAL_CHANCE = 32, 0.25  # the signalling runs' games per iteration, and chance (K = 4)
 #: The frontier study's archived runs at the training defaults (KL coefficient 0.05, 60 iterations), read
 #: over the same iterations as the two-round runs (a round costs a turn's time: two rounds, twice an iteration's).
 FRONTIER_RUNS = REPO / "docs" / "frontier" / "runs"
@@ -62,13 +64,22 @@ def summary(root: Path, kind: str) -> dict:
     curves = [curve(run_dir(root, kind, s)) for s in SEEDS if iterations_done(run_dir(root, kind, s)) >= iterations]
     starts = [float(c[:WINDOW].mean()) for c in curves]
     ends = [float(c[-WINDOW:].mean()) for c in curves]
-    return {
-        "seeds": len(curves),
-        "start": over_seeds(starts),
-        "end": over_seeds(ends),
-        "ends": ends,
-        "curves": curves,
+    if kind != "signal":
+        return {
+            "seeds": len(curves),
+            "start": over_seeds(starts),
+            "end": over_seeds(ends),
+            "ends": ends,
+            "curves": curves,
+        }
+    # A success rate: intervals inside [0, 1] (logit over seeds), each seed's exact test against chance.
+    trials = SIGNAL_BATCH * WINDOW
+    rate = {
+        k: dict(zip(("mean", "low", "high"), rate_ci_over_seeds(v, trials=trials)))
+        for k, v in (("start", starts), ("end", ends))
     }
+    exact = [binomial_test_against_chance(round(v * trials), trials, SIGNAL_CHANCE) for v in ends]
+    return {"seeds": len(curves), **rate, "ends": ends, "exact_p": exact, "curves": curves}
 
 
 def learner_mean(out: Path, metric: str, iterations: int) -> float:
@@ -222,7 +233,9 @@ def report(root: Path, kinds: list[str]) -> str:
             "",
             f"Last {WINDOW} iterations by seed: {', '.join(fmt(v) for v in result['ends']) or 'none yet'}"
             + (
-                f" (chance {fmt(chance)}: {sum(v > chance for v in result['ends'])} of {result['seeds']} above)."
+                f" (chance {fmt(chance)}: {sum(v > chance for v in result['ends'])} of {result['seeds']} above; exact "
+                f"binomial p against chance over the window's {SIGNAL_BATCH * WINDOW} games, by seed: "
+                f"{', '.join(f'{p:.2g}' for p in result['exact_p'])})."
                 if chance
                 else "."
             ),
