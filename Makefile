@@ -89,7 +89,7 @@ test-all: setup
 # (tests/agents/training/test_supported_models.py, about 90 s); then the `ci` tests: the long variants of
 # tests `make test` runs otherwise (more learners resumed after SIGKILL, the team learners on the embedded
 # model, ...), moved out of it to keep it within 8 minutes on a 2-core machine (docs/benchmarks.md).
-CI_SLOW := tests/test_packaging.py tests/benchmarks/test_reproduce.py tests/benchmarks/test_frontier.py \
+CI_SLOW := tests/test_packaging.py tests/studies/test_reproduce.py tests/studies/test_frontier.py \
 	tests/agents/training/test_supported_models.py tests/test_plugin_package.py
 test-ci-slow: setup
 	$(PY) -m pytest -q -m slow $(XDIST) $(CI_SLOW)

@@ -20,6 +20,8 @@
 - :mod:`~cory_agents.evaluation.benchmark_config`: ``cory-bench``'s own flags;
 - :mod:`~cory_agents.evaluation.archive`: a benchmark's record archived, its report regenerated from it, and
   its runs exported for marl-eval;
+- :mod:`~cory_agents.evaluation.study`: ``cory-bench --study``, a study declared in a file, run, archived and
+  written into its page;
 - :mod:`~cory_agents.evaluation.sequential`: ``cory-bench --sequential``, seeds added in stages until each
   comparison is decided (alpha spending).
 """

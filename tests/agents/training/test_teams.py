@@ -542,7 +542,7 @@ def test_agents_of_the_same_model_share_one_lora_base_and_each_model_has_its_own
 
 
 def test_the_teams_report_reads_each_positions_reward_whoever_sits_there():
-    from benchmarks.teams_report import by_position
+    from studies.teams_report import by_position
 
     df = pd.DataFrame(
         {

@@ -14,8 +14,8 @@ model (the policies as loaded: nothing learns), and for each replays the observe
 - the replay noise: the variance of ``r'^o`` between fresh replays of the same conversation (zero with CRN,
   which is deterministic given the episode).
 
-    python benchmarks/difference_variance.py                       # sentiment and signal, 4 episodes each
-    python benchmarks/difference_variance.py --task signal --episodes 2 --batch-size 8
+    python studies/difference_variance.py                       # sentiment and signal, 4 episodes each
+    python studies/difference_variance.py --task signal --episodes 2 --batch-size 8
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/difference_variance.py` from anywhere
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python studies/difference_variance.py` from anywhere
 
 from cory_agents.learners.replay import replay  # noqa: E402
 from cory_agents.training.config import TrainConfig  # noqa: E402

@@ -13,8 +13,8 @@ the clip (their first member's first update is the same, bit for bit). It runs s
 docs/multi-agent/happo-clip/cory-happo/seed<N>/, and writes its section of docs/multi-agent-algorithms.md
 and a figure.
 
-    python benchmarks/happo_clip.py                  # run what is missing, archive, the page
-    python benchmarks/happo_clip.py --report-only    # the page from the archived runs
+    python studies/happo_clip.py                  # run what is missing, archive, the page
+    python studies/happo_clip.py --report-only    # the page from the archived runs
 
 The rule, fixed before the runs (the comparison's): clipped - unclipped differs when the 95% Welch
 interval over seeds excludes 0.
@@ -30,9 +30,8 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/happo_clip.py` from anywhere
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python studies/happo_clip.py` from anywhere
 
-from benchmarks import multi_agent  # noqa: E402
 from cory_agents.evaluation import reward_benchmark  # noqa: E402
 from cory_agents.evaluation.benchmark_report import (  # noqa: E402
     MEAN_OF_LEARNERS,
@@ -46,6 +45,7 @@ from cory_agents.evaluation.benchmark_report import (  # noqa: E402
 from cory_agents.evaluation.report import fmt, write_json, write_sections  # noqa: E402
 from cory_agents.evaluation.statistics import mean_ci, welch_test  # noqa: E402
 from cory_agents.training.metrics import read_metrics  # noqa: E402
+from studies import multi_agent  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 ARM = "cory:happo"
@@ -56,7 +56,7 @@ DEFAULT_ROOT = Path.home() / ".cache" / "cory_env" / f"happo-clip{CLIP:g}"
 UNCLIPPED = REPO / "docs" / "multi-agent"  # the comparison's archive: its cory-happo/seed<N> runs
 ARCHIVE = REPO / "docs" / "multi-agent" / "happo-clip"
 PAGE = REPO / "docs" / "multi-agent-algorithms.md"
-MARKERS = ("<!-- happo-clip: written by benchmarks/happo_clip.py -->", "<!-- /happo-clip -->")
+MARKERS = ("<!-- happo-clip: written by studies/happo_clip.py -->", "<!-- /happo-clip -->")
 PLOT = "task_reward.png"
 CONFIDENCE = 0.95
 #: What is compared, per run: name -> how it is read (the mean of the two learners).

@@ -23,7 +23,7 @@ runs, then PPO and CORY at 0.1, then GRPO at 0.01 and 0.05, then PPO and CORY at
 0.1 and 0.3, each over every seed (PHASES says why). ``--list`` prints every run's flags.
 
 Each run, once trained (under ``--root``, outside the work tree, resumable as in
-benchmarks/reproduce.py), is evaluated alone on held-out prompts (``examples/evaluate.py
+studies/reproduce.py), is evaluated alone on held-out prompts (``examples/evaluate.py
 --checkpoint``: every learner answers as the pioneer, with its KL to the reference), then
 archived in ``--report``/runs/<run>-seed<N>/ (metrics.csv, config.json, evaluation.json and the
 samples of its first and last iterations), and its checkpoints are deleted (a CORY checkpoint
@@ -31,11 +31,11 @@ is about 3 GB). An archived run is finished: the command skips it, on any machin
 continues from the tracked files in a later session. The base model is evaluated once the same
 way (``base/evaluation.json``), for the collapse rule.
 
-    python benchmarks/frontier.py                  # run what is missing, then the report
-    python benchmarks/frontier.py --report-only    # the report from the archived runs
-    python benchmarks/frontier.py --list           # every run's flags
-    python benchmarks/frontier.py --budget-hours 8 # start runs until the archived ones cost 8 h (default 6; 0: no limit)
-    python benchmarks/frontier.py --iterations 100 --preset paper-imdb   # the paper's scale, on a GPU
+    python studies/frontier.py                  # run what is missing, then the report
+    python studies/frontier.py --report-only    # the report from the archived runs
+    python studies/frontier.py --list           # every run's flags
+    python studies/frontier.py --budget-hours 8 # start runs until the archived ones cost 8 h (default 6; 0: no limit)
+    python studies/frontier.py --iterations 100 --preset paper-imdb   # the paper's scale, on a GPU
 
 Flags it does not know pass through to every run (as in reproduce.py), and are recorded: a
 report never mixes runs trained with other flags. The rules the verdicts follow are fixed
@@ -59,10 +59,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/frontier.py` from anywhere
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python studies/frontier.py` from anywhere
 
-from benchmarks import reproduce  # noqa: E402
-from benchmarks.reproduce import (  # noqa: E402
+from cory_agents.evaluation.report import write_sections  # noqa: E402
+from cory_agents.evaluation.statistics import mean_ci, welch_test  # noqa: E402
+from cory_agents.training.metrics import SAMPLES_FILE, read_metrics  # noqa: E402
+from cory_agents.training.plots import plot_comparison  # noqa: E402
+from cory_env.models import EMBEDDED_MODEL  # noqa: E402
+from studies import reproduce  # noqa: E402
+from studies.reproduce import (  # noqa: E402
     INCONCLUSIVE,
     NOT_SUPPORTED,
     REPO,
@@ -77,11 +82,6 @@ from benchmarks.reproduce import (  # noqa: E402
     side,
     table,
 )
-from cory_agents.evaluation.report import write_sections  # noqa: E402
-from cory_agents.evaluation.statistics import mean_ci, welch_test  # noqa: E402
-from cory_agents.training.metrics import SAMPLES_FILE, read_metrics  # noqa: E402
-from cory_agents.training.plots import plot_comparison  # noqa: E402
-from cory_env.models import EMBEDDED_MODEL  # noqa: E402
 
 EVALUATE_SCRIPT = REPO / "examples" / "evaluate.py"
 DEFAULT_REPORT = REPO / "docs" / "frontier"
@@ -822,7 +822,7 @@ def write_report(
     base = json.loads((report / "runs" / BASE / EVALUATION_FILE).read_text())["learners"]["pioneer"]
     missing = [row for row in status(runs, seeds, studies) if row[2] != "archived"]
     lines = [
-        f"Written by `python benchmarks/frontier.py` from the archived runs in runs/ ({len(runs)} finished, "
+        f"Written by `python studies/frontier.py` from the archived runs in runs/ ({len(runs)} finished, "
         f"{iterations} iterations each, at the training defaults of examples/train_cory.py otherwise). CORY counts as "
         "the mean of its two learners. Intervals are 95% t-intervals over seeds.",
         "",
@@ -848,7 +848,7 @@ def write_report(
         "## Runs",
         "",
         f"{len(missing)} of {len(missing) + len(runs)} runs are not archived yet: the verdicts that need them say "
-        "inconclusive until `python benchmarks/frontier.py` has run them."
+        "inconclusive until `python studies/frontier.py` has run them."
         if missing
         else "Every run is archived.",
         "",
@@ -868,9 +868,9 @@ def write_report(
 # ------------------------------------------------------------------------- docs/reproduction.md
 
 PAGE = REPO / "docs" / "reproduction.md"
-REPRODUCTION_RUNS = REPO / "docs" / "reproduction" / "runs"  # benchmarks/reproduce.py's tracked runs
-CLAIMS_MARKERS = ("<!-- claims: written by benchmarks/frontier.py -->", "<!-- /claims -->")
-REPORT_MARKERS = ("<!-- frontier: written by benchmarks/frontier.py -->", "<!-- /frontier -->")
+REPRODUCTION_RUNS = REPO / "docs" / "reproduction" / "runs"  # studies/reproduce.py's tracked runs
+CLAIMS_MARKERS = ("<!-- claims: written by studies/frontier.py -->", "<!-- /claims -->")
+REPORT_MARKERS = ("<!-- frontier: written by studies/frontier.py -->", "<!-- /frontier -->")
 #: claim -> (the paper's claim, its evidence in the paper)
 PAPER = {
     "frontier": (
@@ -902,7 +902,7 @@ def reproduction_verdicts(folder: Path = REPRODUCTION_RUNS) -> dict[str, tuple[s
 
 
 def measured(test: dict[str, float]) -> str:
-    """:func:`~benchmarks.reproduce.difference`, or "not run yet" where there is nothing to compare."""
+    """:func:`~studies.reproduce.difference`, or "not run yet" where there is nothing to compare."""
     return difference(test) if math.isfinite(test["difference"]) else "not run yet"
 
 

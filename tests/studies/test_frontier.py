@@ -1,4 +1,4 @@
-"""benchmarks/frontier.py: the report's arithmetic on synthetic runs whose answers are known, and
+"""studies/frontier.py: the report's arithmetic on synthetic runs whose answers are known, and
 the whole pipeline (train, evaluate alone, archive, skip, report) on the toy model."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchmarks import frontier
+from studies import frontier
 from tests.support import ROOT
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

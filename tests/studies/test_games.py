@@ -1,4 +1,4 @@
-"""benchmarks/games.py's signalling summary: a success rate's intervals stay inside [0, 1] and each seed is tested
+"""studies/games.py's signalling summary: a success rate's intervals stay inside [0, 1] and each seed is tested
 against chance exactly (metrics written here by hand, as a run writes them)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from benchmarks import games
 from cory_agents.evaluation.rl_statistics import rate_ci_over_seeds
+from studies import games
 
 
 def test_the_signalling_summary_gives_rate_intervals_and_exact_tests(tmp_path):

@@ -1,4 +1,4 @@
-"""benchmarks/happo_clip.py on the toy model: the clipped runs through cory-bench, the archive, the Welch
+"""studies/happo_clip.py on the toy model: the clipped runs through cory-bench, the archive, the Welch
 differences against unclipped HAPPO runs (checked by hand), the figure and the page's section."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from benchmarks import happo_clip, multi_agent
 from cory_agents.evaluation import reward_benchmark
+from studies import happo_clip, multi_agent
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

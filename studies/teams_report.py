@@ -1,6 +1,6 @@
 """The Teams experiment's report: does a third agent change CORY's reward and KL?
 
-Reads the runs of ``benchmarks/reproduce.py --configs cory,cory-3-agents`` (the reproduction
+Reads the runs of ``studies/reproduce.py --configs cory,cory-3-agents`` (the reproduction
 study's settings; the same ``--root``) and writes, in ``--report`` (default docs/teams):
 
     curves.png          task reward, KL and combined reward over training, mean ± std over seeds
@@ -15,7 +15,7 @@ with 95% t-intervals), Welch's test of N = 3 against N = 2, and the final task r
 chain position. Where a run of the chain of two is missing from ``--root`` its copy in
 docs/reproduction/runs is used (the reproduction study's CORY runs).
 
-    python -m benchmarks.teams_report
+    python -m studies.teams_report
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.reproduce import METRICS, REPO, copy_runs, curve, difference, iterations_done, run_dir
 from cory_agents.evaluation.report import write_sections
 from cory_agents.evaluation.statistics import mean_ci, welch_test
 from cory_agents.training.metrics import read_metrics
 from cory_agents.training.plots import learner_columns, plot_comparison
+from studies.reproduce import METRICS, REPO, copy_runs, curve, difference, iterations_done, run_dir
 
 CONFIGS = {"cory": "CORY, 2 agents", "cory-3-agents": "CORY, 3 agents"}
 BEGIN, END = "<!-- experiment -->", "<!-- /experiment -->"
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--root",
         default=str(Path.home() / ".cache" / "cory_env" / "reproduce"),
-        help="where benchmarks/reproduce.py keeps the runs",
+        help="where studies/reproduce.py keeps the runs",
     )
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--final-window", type=int, default=5, help="iterations at the end that the finals average")

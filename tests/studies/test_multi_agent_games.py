@@ -1,4 +1,4 @@
-"""benchmarks/multi_agent_games.py on the toy model: the signalling game's cory-bench of the four learners, seed by
+"""studies/multi_agent_games.py on the toy model: the signalling game's cory-bench of the four learners, seed by
 seed, the archive (checkpoints deleted at the root, the run still finished), the report and the page's section."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pandas as pd
 
-from benchmarks import multi_agent_games as study
+from studies import multi_agent_games as study
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -1,4 +1,4 @@
-"""benchmarks/reproduce.py at toy scale: real runs, resume, report, and the verdict rules."""
+"""studies/reproduce.py at toy scale: real runs, resume, report, and the verdict rules."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from benchmarks import reproduce
+from studies import reproduce
 from tests.support import ROOT
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

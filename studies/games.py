@@ -10,9 +10,9 @@ work tree by default), skipped once finished. The report goes to docs/games.md b
 markers: per run kind the start and end of the curve over seeds (mean and 95% t-interval), a
 figure of the curves (docs/games/<run>.png) and sample dialogues of the last iteration.
 
-    python benchmarks/games.py                      # run what is missing, then the report
-    python benchmarks/games.py --runs signal        # one kind
-    python benchmarks/games.py --report-only        # the report from what has run so far
+    python studies/games.py                      # run what is missing, then the report
+    python studies/games.py --runs signal        # one kind
+    python studies/games.py --report-only        # the report from what has run so far
 """
 
 from __future__ import annotations
@@ -24,18 +24,18 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/games.py` from anywhere
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python studies/games.py` from anywhere
 
-from benchmarks.reproduce import Stopped, iterations_done, over_seeds, run_dir, train  # noqa: E402
 from cory_agents.evaluation.report import fmt, write_sections  # noqa: E402
 from cory_agents.evaluation.rl_statistics import binomial_test_against_chance, rate_ci_over_seeds  # noqa: E402
 from cory_agents.training.metrics import SAMPLES_FILE, read_metrics  # noqa: E402
+from studies.reproduce import Stopped, iterations_done, over_seeds, run_dir, train  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_ROOT = Path.home() / ".cache" / "cory_env" / "games"
 PAGE = REPO / "docs" / "games.md"
 FIGURES = REPO / "docs" / "games"
-MARKERS = ("<!-- results: written by benchmarks/games.py -->", "<!-- /results -->")
+MARKERS = ("<!-- results: written by studies/games.py -->", "<!-- /results -->")
 SEEDS = (0, 1, 2)
 #: run kind -> (its flags, iterations, what its curve shows)
 RUNS: dict[str, tuple[list[str], int, str]] = {
@@ -141,9 +141,9 @@ def frontier_point(root: Path) -> str:
 
 def matched_kl(root: Path, iterations: int) -> list[str]:
     """The one-round frontier at the two-round game's KL per answer: each method's best KL coefficient
-    there among the frontier study's runs (``benchmarks/frontier.py``'s rule: the reward where the
+    there among the frontier study's runs (``studies/frontier.py``'s rule: the reward where the
     smoothed KL first reaches the budget, every seed reaching it), as table rows."""
-    from benchmarks import frontier
+    from studies import frontier
 
     runs = [run_dir(root, "sentiment-2-rounds", s) for s in SEEDS]
     runs = [out for out in runs if iterations_done(out) >= iterations]

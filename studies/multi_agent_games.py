@@ -18,9 +18,9 @@ docs/multi-agent/games/<game>/, then cory-bench's report of the archived runs, a
 the game's results section of docs/multi-agent-algorithms.md. A report covers the seeds every learner has
 finished.
 
-    python benchmarks/multi_agent_games.py                          # run what is missing, archive, the page
-    python benchmarks/multi_agent_games.py --games signal           # one game
-    python benchmarks/multi_agent_games.py --report-only            # the page from the archived runs
+    python studies/multi_agent_games.py                          # run what is missing, archive, the page
+    python studies/multi_agent_games.py --games signal           # one game
+    python studies/multi_agent_games.py --report-only            # the page from the archived runs
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/multi_agent_games.py` anywhere
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python studies/multi_agent_games.py` anywhere
 
 from cory_agents.evaluation import reward_benchmark  # noqa: E402
 from cory_agents.evaluation.benchmark_report import format_report, run_dir, write_report  # noqa: E402
@@ -83,7 +83,7 @@ PER_LEARNER_PLOT = "per_learner_task_reward.png"
 
 
 def markers(game: str) -> tuple[str, str]:
-    return f"<!-- results {game}: written by benchmarks/multi_agent_games.py -->", f"<!-- /results {game} -->"
+    return f"<!-- results {game}: written by studies/multi_agent_games.py -->", f"<!-- /results {game} -->"
 
 
 def finished(run: Path, iterations: int) -> bool:

@@ -8,9 +8,9 @@ criterion is a rise of at least 2). Runs live under ``--root``, outside the work
 finished run is read, not rerun, and a stopped one continues from its newest checkpoint, so
 the sweep can be stopped and started again.
 
-    python benchmarks/learning_sweep.py --settings kl0.05,lr3e-6 --seeds 0 --iterations 36
-    python benchmarks/learning_sweep.py --list                 # the settings and their flags
-    python benchmarks/learning_sweep.py --settings b32-epochs1-lr3e-5 --seeds 0,1,2 --iterations 60 --report docs/sweep
+    python studies/learning_sweep.py --settings kl0.05,lr3e-6 --seeds 0 --iterations 36
+    python studies/learning_sweep.py --list                 # the settings and their flags
+    python studies/learning_sweep.py --settings b32-epochs1-lr3e-5 --seeds 0,1,2 --iterations 60 --report docs/sweep
 
 Every setting shares ``COMMON`` (the single-agent PPO baseline on the embedded default); a
 setting's own flags come after it and win. docs/why-it-learns.md reports what it measured.

@@ -41,10 +41,10 @@ The report, in ``--report`` (default docs/reproduction of this repository):
 
 CORY counts as the mean of its two learners at each iteration, in the figures and the tables.
 
-    python benchmarks/reproduce.py                          # the whole study, then the report
-    python benchmarks/reproduce.py --seeds 0,1,2,3,4        # more seeds: the runs done are kept
-    python benchmarks/reproduce.py --report-only            # the report from what has run so far
-    python benchmarks/reproduce.py --list                   # every configuration's flags
+    python studies/reproduce.py                          # the whole study, then the report
+    python studies/reproduce.py --seeds 0,1,2,3,4        # more seeds: the runs done are kept
+    python studies/reproduce.py --report-only            # the report from what has run so far
+    python studies/reproduce.py --list                   # every configuration's flags
 """
 
 from __future__ import annotations
@@ -482,7 +482,7 @@ def write_report(study: Study, root: Path, report: Path, seeds: list[int], flags
     lines = [
         "# Reproduction of the paper's IMDB claims",
         "",
-        f"Written by `python benchmarks/reproduce.py` (benchmarks/reproduce.py says what it runs): "
+        f"Written by `python studies/reproduce.py` (studies/reproduce.py says what it runs): "
         f"{', '.join(study.runs)} at the training defaults of examples/train_cory.py (extra flags: {passed}), "
         f"{study.iterations} iterations, seeds {', '.join(map(str, seeds))}. CORY counts as the mean of its two "
         f"learners at each iteration. Final = the mean of the last {w} iterations of a run; a cell is the mean ± std "

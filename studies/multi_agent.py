@@ -13,8 +13,8 @@ docs/multi-agent/<algo>/seed<N>/ (cory/, cory-happo/, cory-difference/), then co
 written from the archived runs) in docs/multi-agent/, a per-learner figure, and the results section
 of docs/multi-agent-algorithms.md. The report covers the seeds every algorithm has finished.
 
-    python benchmarks/multi_agent.py                  # run what is missing, archive, the page
-    python benchmarks/multi_agent.py --report-only    # the page from the archived runs
+    python studies/multi_agent.py                  # run what is missing, archive, the page
+    python studies/multi_agent.py --report-only    # the page from the archived runs
 
 Flags it does not know pass through to cory-bench (``--device cuda``, ``--num-agents 3``, ...) and
 are recorded in the archived benchmark.json.
@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/multi_agent.py` from anywhere
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python studies/multi_agent.py` from anywhere
 
 from cory_agents.evaluation import reward_benchmark  # noqa: E402
 from cory_agents.evaluation.benchmark_report import format_report, run_dir, write_report  # noqa: E402
@@ -53,7 +53,7 @@ DEFAULT_ROOT = Path.home() / ".cache" / "cory_env" / "multi-agent"
 ARCHIVE = REPO / "docs" / "multi-agent"
 ARCHIVED = ("metrics.csv", "config.json", "evaluation.json")
 PAGE = REPO / "docs" / "multi-agent-algorithms.md"
-MARKERS = ("<!-- results: written by benchmarks/multi_agent.py -->", "<!-- /results -->")
+MARKERS = ("<!-- results: written by studies/multi_agent.py -->", "<!-- /results -->")
 PER_LEARNER_PLOT = "per_learner_task_reward.png"
 CONFIDENCE = 0.95
 

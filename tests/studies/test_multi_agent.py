@@ -1,4 +1,4 @@
-"""benchmarks/multi_agent.py on the toy model: cory-bench seed by seed, the archive, the report of the
+"""studies/multi_agent.py on the toy model: cory-bench seed by seed, the archive, the report of the
 seeds every algorithm finished, the per-learner figure, the page's results section."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pandas as pd
 
-from benchmarks import multi_agent
+from studies import multi_agent
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
