@@ -39,6 +39,7 @@ from cory_agents.training.metrics import METRICS_FILE, SAMPLES_FILE, read_metric
 from cory_agents.training.ownership import refuse
 from cory_agents.training.plots import learner_columns
 from cory_agents.training.provenance import PROVENANCE_FILE
+from cory_agents.training.registry import available_learners
 from cory_env.errors import UsageError
 
 #: What a run's record is: what its report line is computed from, and what it says about how it was made.
@@ -61,6 +62,13 @@ def saved_benchmark(folder: str | Path) -> tuple[Any, BenchmarkConfig, dict[str,
         settings = json.loads(path.read_text())
     except (OSError, ValueError) as error:
         raise UsageError(f"{path} cannot be read ({error}): give the --out of a benchmark or of its archive") from None
+    known = set(available_learners())
+    if missing := [a for a in settings["benchmark"]["algos"] if a.partition(":")[2] not in known | {""}]:
+        raise UsageError(
+            f"{folder} holds runs of {', '.join(missing)}, whose learner is not installed here: install the package "
+            f"that declares it (an entry point of cory_env.learners; the MAGRPO example: pip install "
+            f"examples/plugins/magrpo), then run this again"
+        )
     bench = BenchmarkConfig(**{**settings["benchmark"], "out": str(folder)})
     learners = [arm.partition(":")[2] or settings["train"]["learner"] for arm in bench.algos]
     fields = {k: v for k, v in settings["train"].items() if k not in PER_RUN}

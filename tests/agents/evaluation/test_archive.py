@@ -93,6 +93,13 @@ def test_archiving_refuses_a_folder_of_other_files_and_one_inside_the_benchmark(
         main(["--out", str(bench), "--archive", str(bench / "archive")])
     with pytest.raises(UsageError, match="cannot be read"):
         main(["--out", str(tmp_path / "nothing"), "--report-only"])
+    plugin = tmp_path / "plugin"
+    plugin.mkdir()
+    saved = json.loads((bench / "benchmark.json").read_text())
+    saved["benchmark"]["algos"] = ["cory", "cory:nosuch"]
+    (plugin / "benchmark.json").write_text(json.dumps(saved))
+    with pytest.raises(UsageError, match=r"runs of cory:nosuch, whose learner is not installed here: install"):
+        main(["--out", str(plugin), "--report-only"])
     with pytest.raises(UsageError, match="--plan and --archive are different commands"):
         main(["--out", str(bench), "--plan", "--margin", "0.1", "--archive", str(taken)])
 
