@@ -37,7 +37,7 @@ from matplotlib.figure import Figure
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python studies/multi_agent_games.py` anywhere
 
-from cory_agents.evaluation import reward_benchmark  # noqa: E402
+from cory_agents.evaluation import benchmark_runs, reward_benchmark  # noqa: E402
 from cory_agents.evaluation.benchmark_report import format_report, run_dir, write_report  # noqa: E402
 from cory_agents.evaluation.decisions import pooled_sd, smallest_detectable_difference  # noqa: E402
 from cory_agents.evaluation.report import (  # noqa: E402
@@ -90,7 +90,7 @@ def finished(run: Path, iterations: int) -> bool:
     """Finished as cory-bench marks it: evaluated (a game with a held-out evaluation), or trained (one without)."""
     if (run / "evaluation.json").exists():
         return json.loads((run / "evaluation.json").read_text())["policy"].get("iterations_trained") == iterations
-    return reward_benchmark._trained(run) >= iterations
+    return benchmark_runs.trained(run) >= iterations
 
 
 def archive(root: Path, folder: Path, iterations: int, seeds: int) -> int:
@@ -102,7 +102,7 @@ def archive(root: Path, folder: Path, iterations: int, seeds: int) -> int:
             if finished(run, iterations):
                 target = run_dir(folder, arm, seed)
                 target.mkdir(parents=True, exist_ok=True)
-                for name in ("metrics.csv", "config.json", "evaluation.json", reward_benchmark.TRAINED):
+                for name in ("metrics.csv", "config.json", "evaluation.json", benchmark_runs.TRAINED):
                     if (run / name).exists():
                         shutil.copyfile(run / name, target / name)
                 remove_checkpoints(run / "checkpoints")

@@ -18,6 +18,8 @@
   ``cory-eval`` reports for a signalling team);
 - :mod:`~cory_agents.evaluation.plan`: ``cory-bench --plan``, the seeds a decision needs;
 - :mod:`~cory_agents.evaluation.benchmark_config`: ``cory-bench``'s own flags;
+- :mod:`~cory_agents.evaluation.benchmark_runs`: one run of a benchmark trained and evaluated (in a worker
+  process with ``--jobs``);
 - :mod:`~cory_agents.evaluation.archive`: a benchmark's record archived, its report regenerated from it, and
   its runs exported for marl-eval;
 - :mod:`~cory_agents.evaluation.study`: ``cory-bench --study``, a study declared in a file, run, archived and

@@ -51,6 +51,11 @@ class BenchmarkConfig:
         "up to a multiple of twice the period so that both arrangements count alike",
     )
     progress: bool = flag(True, "show progress bars")
+    delete_checkpoints: bool = flag(
+        False,
+        "delete each run's checkpoints (GBs) once it is trained and evaluated: its record stays, and a finished run "
+        "is never trained again",
+    )
     jobs: int = flag(1, "runs trained at once, each in its own process with one thread (1: one run, all threads)")
     plan: bool = flag(
         False,

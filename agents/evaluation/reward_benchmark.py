@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gc
 import json
 import multiprocessing
 import sys
@@ -68,13 +67,22 @@ from cory_agents.evaluation.benchmark_report import (
     run_dir,
     write_report,
 )
-from cory_agents.evaluation.held_out import EvalConfig, evaluate, load_reward
+from cory_agents.evaluation.benchmark_runs import (
+    evaluation_is_current,
+    one_thread,
+    portable,
+    run_in_process,
+    stop_if_stopped,
+    train_and_evaluate,
+    trained,
+)
+from cory_agents.evaluation.held_out import EvalConfig, load_reward
 from cory_agents.evaluation.plan import format_plan, plan_from_folder
 from cory_agents.evaluation.report import write_json
 from cory_agents.evaluation.sequential import format_sequential, run_sequential
 from cory_agents.evaluation.study import run_study
 from cory_agents.learners.lm import LMLearnerConfig
-from cory_agents.training.checkpoint import checkpoint_iteration, latest_checkpoint
+from cory_agents.training.checkpoint import latest_checkpoint
 from cory_agents.training.config import (
     ALGOS,
     TrainConfig,
@@ -85,16 +93,19 @@ from cory_agents.training.config import (
     sections_for,
     titled_section,
 )
-from cory_agents.training.ownership import check_out_folder, check_run_removable, refuse, remove_if_empty, remove_run
+from cory_agents.training.ownership import (
+    check_out_folder,
+    check_run_removable,
+    refuse,
+    remove_if_empty,
+    remove_run,
+)
 from cory_agents.training.resumable import changed_settings
-from cory_agents.training.trainer import Trainer
 from cory_env.errors import UsageError
 from cory_env.tasks import get_task
 
 #: TrainConfig fields the benchmark sets for each run itself.
 PER_RUN = ("algo", "seed", "out", "resume", "overwrite")
-#: A run's file, in a game without held-out evaluation, that says it finished training (and how far).
-TRAINED = "trained.json"
 #: Settings a --resume may change: they do not change what a finished run means.
 MAY_CHANGE = ("iterations", "device", "checkpoint_every", "report_to", "samples_per_iteration", "reward_timeout")
 
@@ -154,66 +165,6 @@ def entry_learners(argv: list[str]) -> list[str]:
 
 
 # ------------------------------------------------------------------------- the runs
-
-
-def completed_iterations(folder: Path) -> int:
-    """Iterations a run's newest checkpoint holds (0 without one)."""
-    checkpoint = latest_checkpoint(folder)
-    return 0 if checkpoint is None else checkpoint_iteration(checkpoint) + 1
-
-
-def _stop_if_stopped(status: int) -> None:
-    """A run stopped by Ctrl-C or SIGTERM (its trainer's ``stop_status``) stops the benchmark too, with
-    cory-train's exit status."""
-    if status:
-        sys.exit(status)
-
-
-def train_and_evaluate(config: TrainConfig, evaluation: EvalConfig | None, progress: bool) -> int:
-    """Train one run to its ``--iterations`` (resuming it), then its held-out ``evaluation`` (``None``: a team game,
-    whose TRAINED file then marks it finished). Returns the trainer's stop status (0: finished)."""
-    folder = Path(config.out)
-    if completed_iterations(folder) < config.iterations or evaluation is None and _trained(folder) < config.iterations:
-        trainer = Trainer(config)
-        trainer.train(progress=progress)
-        status = trainer.stop_status
-        del trainer
-        gc.collect()
-        if status:
-            return status
-    if evaluation is None:
-        write_json(folder / TRAINED, {"iterations_trained": completed_iterations(folder)})
-    else:
-        evaluate(evaluation, progress=progress)
-        gc.collect()
-    return 0
-
-
-def _one_thread() -> None:
-    """A ``--jobs`` worker's start: one thread, so that the runs share the cores instead of fighting over them."""
-    import torch
-
-    torch.set_num_threads(1)
-
-
-def _portable(config: TrainConfig, learners: list[str]) -> tuple[list[str], dict[str, Any]]:
-    """A run's settings as they cross to a worker process: the benchmark's learners and the fields (an installed
-    learner's config class is made at run time, :func:`~cory_agents.training.config.config_class`, and is not
-    picklable by name)."""
-    return learners, dataclasses.asdict(config)
-
-
-def _run_in_process(portable: tuple[list[str], dict[str, Any]], evaluation: EvalConfig | None) -> int:
-    learners, fields = portable
-    return train_and_evaluate(TrainConfig.for_learner(*learners)(**fields), evaluation, progress=False)
-
-
-def _trained(folder: Path) -> int:
-    """The iterations a run of a team game finished (its TRAINED file; 0 without one)."""
-    try:
-        return int(json.loads((folder / TRAINED).read_text())["iterations_trained"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return 0
 
 
 def _settings(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
@@ -291,11 +242,11 @@ def _check_finished_runs(out: Path, train: TrainConfig, bench: BenchmarkConfig, 
     not evaluate it."""
     stuck = []
     for folder in folders:
-        if (done := _trained(folder)) and done < train.iterations and latest_checkpoint(folder) is None:
+        if (done := trained(folder)) and done < train.iterations and latest_checkpoint(folder) is None:
             stuck.append(f"{folder.relative_to(out)} ({done} iterations)")  # a team game's: no evaluation
         path = folder / "evaluation.json"
         if path.exists() and latest_checkpoint(folder) is None:
-            if not _evaluation_is_current(path, _evaluation(folder, train, bench), train.iterations):
+            if not evaluation_is_current(path, _evaluation(folder, train, bench), train.iterations):
                 done = json.loads(path.read_text())["policy"].get("iterations_trained", 0)
                 stuck.append(f"{folder.relative_to(out)} ({done} iterations)")
     if stuck:
@@ -305,13 +256,6 @@ def _check_finished_runs(out: Path, train: TrainConfig, bench: BenchmarkConfig, 
             f"with other --eval-* settings. Keep their --iterations and evaluation settings, or start over with "
             f"--overwrite"
         )
-
-
-def _evaluation_is_current(path: Path, config: EvalConfig, iterations: int) -> bool:
-    if not path.exists():
-        return False
-    done = json.loads(path.read_text())
-    return done.get("settings") == dataclasses.asdict(config) and done["policy"].get("iterations_trained") == iterations
 
 
 def for_algo(train: TrainConfig, arm: str) -> dict[str, Any]:
@@ -362,26 +306,29 @@ def run_benchmark(train: TrainConfig, bench: BenchmarkConfig) -> dict[str, Any]:
             train, **for_algo(train, algo), seed=seed, out=str(folder), resume=True, overwrite=False
         )
         evaluation = _evaluation(folder, train, bench)
+        current = evaluation_is_current(folder / "evaluation.json", evaluation, config.iterations)
         if not held_out:  # the training metrics are the result; TRAINED marks the run finished
-            if _trained(folder) < config.iterations:  # (its checkpoints may then be deleted)
-                todo.append((config, None))
+            measured = train.task == "signal"  # a signalling team's communication measures (cory-eval's)
+            if trained(folder) < config.iterations or measured and not current:  # (checkpoints may then go)
+                todo.append((config, evaluation if measured else None))
         # Finished and evaluated with these settings: done, its checkpoints kept or deleted (a CORY one is GBs).
-        elif not _evaluation_is_current(folder / "evaluation.json", evaluation, config.iterations):
+        elif not current:
             todo.append((config, evaluation))
+    drop = bench.delete_checkpoints
     bar = tqdm(total=len(runs), initial=len(runs) - len(todo), desc="benchmark", unit="run", disable=not bench.progress)
     if bench.jobs == 1:
         for config, evaluation in todo:
             bar.set_postfix_str(f"{config.algo}:{config.learner} seed {config.seed}")
-            _stop_if_stopped(train_and_evaluate(config, evaluation, bench.progress))
+            stop_if_stopped(train_and_evaluate(config, evaluation, bench.progress, not held_out, drop))
             bar.update(1)
     else:  # each run in a process of its own, one thread each; a stopped run stops the benchmark
         with ProcessPoolExecutor(
-            bench.jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_one_thread
+            bench.jobs, mp_context=multiprocessing.get_context("spawn"), initializer=one_thread
         ) as pool:
             learners = [arm.partition(":")[2] or train.learner for arm in bench.algos]
-            futures = [pool.submit(_run_in_process, _portable(c, learners), e) for c, e in todo]
+            futures = [pool.submit(run_in_process, portable(c, learners), e, not held_out, drop) for c, e in todo]
             for future in as_completed(futures):
-                _stop_if_stopped(future.result())
+                stop_if_stopped(future.result())
                 bar.update(1)
     bar.close()
     return write_report(out, train, bench, _settings(train, bench))

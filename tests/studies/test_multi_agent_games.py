@@ -26,7 +26,8 @@ def test_the_games_study_runs_archives_and_writes_its_page(tmp_path, toy_model):
             run = root / "signal" / arm.replace(":", "-") / f"seed{seed}"
             assert not (run / "checkpoints").exists()  # deleted once archived: the run is marked finished
             folder = archive / "signal" / arm.replace(":", "-") / f"seed{seed}"
-            assert sorted(p.name for p in folder.iterdir()) == ["config.json", "metrics.csv", "trained.json"]
+            names = ["config.json", "evaluation.json", "metrics.csv", "trained.json"]  # evaluation: communication
+            assert sorted(p.name for p in folder.iterdir()) == names
             assert pd.read_csv(folder / "metrics.csv")["iteration"].tolist() == [0, 1]
     report = json.loads((archive / "signal" / "report.json").read_text())
     assert report["seeds"] == [0, 1] and report["baseline"] == "cory" and report["held_out"] is False

@@ -360,7 +360,10 @@ def test_a_team_game_is_compared_on_the_teams_training_metrics(tmp_path, toy_mod
     game = ["--task", "signal", "--reward", "signal", "--prompt-source", "auto", "--context-length", "96"]
     args = toy_args(toy_model, out, *game, "--algos", "cory", "cory:mappo", "--seeds", "2", "--iterations", "3")
     main([*args, "--final-window", "2"])
-    assert not list(out.glob("*/seed*/evaluation.json"))
+    for run in out.glob("*/seed*"):  # no held-out evaluation: the team's communication measures instead
+        measured = json.loads((run / "evaluation.json").read_text())
+        assert measured["task"] == "signal" and measured["policy"]["iterations_trained"] == 3
+        assert 0 <= measured["communication"]["success"] <= 1
     report = json.loads((out / "report.json").read_text())
     assert report["held_out"] is False and report["final_window"] == 2
     rows = {(r["algo"], r["learner"]): r for r in report["summary"]}
@@ -387,12 +390,28 @@ def test_a_team_game_is_compared_on_the_teams_training_metrics(tmp_path, toy_mod
         main([*args[:-1], "4", "--final-window", "2", "--resume"])
 
 
+def test_delete_checkpoints_keeps_each_finished_runs_record_and_never_trains_it_again(tmp_path, toy_model):
+    out = tmp_path / "lean"
+    game = ["--task", "signal", "--reward", "signal", "--prompt-source", "auto", "--context-length", "96"]
+    args = toy_args(
+        toy_model, out, *game, "--algos", "cory", "--seeds", "1", "--iterations", "2", "--delete-checkpoints"
+    )
+    main(args)
+    run = out / "cory" / "seed0"
+    assert not (run / "checkpoints").exists()  # measured first: the communication needs the policies
+    assert json.loads((run / "evaluation.json").read_text())["communication"]["conversations"] >= 1
+    assert json.loads((run / "trained.json").read_text()) == {"iterations_trained": 2}
+    before = mtimes(out)
+    main([*args, "--resume"])
+    assert mtimes(out) == before
+
+
 def test_a_stopped_run_stops_the_benchmark_and_resumes(tmp_path, toy_model, monkeypatch):
     """A run that Ctrl-C or SIGTERM stopped (its checkpoint written) stops cory-bench with 128 + the signal: no later
     run starts, the stopped one is not marked trained; --resume continues it."""
-    from cory_agents.evaluation import reward_benchmark
+    from cory_agents.evaluation import benchmark_runs
 
-    class StoppedAfterOneIteration(reward_benchmark.Trainer):
+    class StoppedAfterOneIteration(benchmark_runs.Trainer):
         def train(self, progress: bool = True):
             self.config = dataclasses.replace(self.config, iterations=1)  # as if stopped after iteration 1
             out = super().train(progress)
@@ -402,7 +421,7 @@ def test_a_stopped_run_stops_the_benchmark_and_resumes(tmp_path, toy_model, monk
     out = tmp_path / "signal"
     game = ["--task", "signal", "--reward", "signal", "--prompt-source", "auto", "--context-length", "96"]
     args = toy_args(toy_model, out, *game, "--algos", "cory", "cory:happo", "--seeds", "1", "--iterations", "2")
-    monkeypatch.setattr(reward_benchmark, "Trainer", StoppedAfterOneIteration)
+    monkeypatch.setattr(benchmark_runs, "Trainer", StoppedAfterOneIteration)
     with pytest.raises(SystemExit) as stopped:
         main(args)
     assert stopped.value.code == 128 + 15
