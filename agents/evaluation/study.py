@@ -205,8 +205,8 @@ def section(study: dict[str, Any], folder: Path, page: Path) -> str:
         f"![performance profile]({(relative / PROFILE).as_posix()})",
         "",
         code_line(report),
-        f"The runs, their report and the looks are archived in `{folder.relative_to(study['root']).as_posix()}/` "
-        f"([report]({(relative / 'report.md').as_posix()})); `cory-bench --study FILE --report-only` rewrites this "
+        f"The runs, cory-bench's report of them (`report.md`) and the looks are archived in "
+        f"`{folder.relative_to(study['root']).as_posix()}/`; `cory-bench --study FILE --report-only` rewrites this "
         "section from them.",
     ]
     return "\n".join(lines)

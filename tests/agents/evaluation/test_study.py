@@ -81,7 +81,7 @@ def test_a_study_is_run_archived_and_written_into_its_page_then_rewritten_from_t
     assert [c.strip() for c in row.strip("|").split("|")] == [
         *("cory", "2", f"{np.mean(x):.3f}", f"{estimate:.3f} [{low:.3f}, {high:.3f}]", "")
     ]
-    assert "](toy-study/performance_profile.png)" in body and "](toy-study/report.md)" in body
+    assert "](toy-study/performance_profile.png)" in body and "archived in `docs/toy-study/`" in body
     # The runs (GBs at full size) may go: the page is written again from the archive alone, the same.
     shutil.rmtree(tmp_path / "runs")
     page.write_text(f"# A page\n\nBefore.\n\n{START}\nstale\n{END}\n\nAfter.\n")
