@@ -316,7 +316,9 @@ def format_report(report: dict[str, Any]) -> str:
         return [
             "",
             f"Against {baseline} (Welch's t-test over seeds): the row's mean minus {baseline}'s "
-            f"[the {level} interval of that difference], two-sided p-value.",
+            f"[the {level} interval of that difference], two-sided p-value. An interval that holds 0 detects "
+            "nothing; it does not show the two alike: declare the difference that matters (--margin) for a "
+            "decision, or ask --plan what seeds would give one.",
             "",
             markdown_table(header, rows),
         ]
