@@ -80,11 +80,12 @@ def load_study(path: str | Path) -> dict[str, Any]:
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise UsageError(f"--study {path} cannot be read ({error}): give a study file (TOML)") from None
     head = study.get("study", {})
-    missing = [k for k in ("name", "out", "archive", "page") if not head.get(k)]
-    if missing or "design" not in study or not study["design"].get("algos"):
+    missing = [f"study.{k}" for k in ("name", "out", "archive", "page") if not head.get(k)]
+    missing += [] if study.get("design", {}).get("algos") else ["design.algos"]
+    if missing:
         raise UsageError(
-            f"--study {path} lacks {', '.join([*(f'study.{k}' for k in missing), 'design.algos'][: len(missing) or 1])}: "
-            f"a study file has [study] name, out, archive, page; [design] algos, ...; [settings]"
+            f"--study {path} lacks {', '.join(missing)}: a study file has [study] name, out, archive, page; "
+            f"[design] algos, ...; [settings]"
         )
     unknown = sorted(set(study["design"]) - set(DESIGN))
     if unknown:
