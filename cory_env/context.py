@@ -17,7 +17,7 @@ and :func:`check_prompts_fit` raise :class:`PromptTooLongError` naming the fix.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +42,7 @@ class Turn:
     response_length: np.ndarray  # (B,) tokens appended (stop token included)
     context_length: int  # L, the width of an observation
     t: int = 0  # steps taken in this turn
+    cached: int = 0  # leading prompt columns a KV cache over the agent's previous turn holds (a carried turn)
 
     @classmethod
     def start(
@@ -63,6 +64,48 @@ class Turn:
             turn.mask[b, L - len(row) : L] = 1
         return turn
 
+    @classmethod
+    def carry(
+        cls,
+        previous: Turn,
+        new_ids: Sequence[Sequence[int]],
+        texts: list[str],
+        max_new_tokens: int,
+        stop_token_ids: np.ndarray,
+        pad_token_id: int,
+    ) -> Turn | None:
+        """The agent's next turn continuing ``previous`` (its last one, played in these columns): the earlier
+        prompt and answer as they were, each answer's stop token masked out (the new tokens write the turn's end
+        as the template does), then ``new_ids`` (one list per conversation, left-padded into one block), so a KV
+        cache over ``previous`` stays valid; ``None`` if that does not fit the window."""
+        ids, mask = previous.columns()
+        P, n = previous.prompt_width, previous.response_length
+        rows = np.flatnonzero(n > 0)
+        last = ids[rows, P + n[rows] - 1]
+        stopped = rows[(last[:, None] == stop_token_ids[None, :]).any(axis=1)]
+        mask[stopped, P + n[stopped] - 1] = 0
+        D = max(len(row) for row in new_ids)
+        W, L = ids.shape[1] + D, previous.context_length
+        if W > L - max_new_tokens:
+            return None
+        B = len(new_ids)
+        turn = cls(
+            tokens=np.full((B, L + max_new_tokens), pad_token_id, dtype=np.int64),
+            mask=np.zeros((B, L + max_new_tokens), dtype=np.int64),
+            prompt_texts=texts,
+            prompt_width=W,
+            over=np.zeros(B, dtype=bool),
+            response_length=np.zeros(B, dtype=np.int64),
+            context_length=L,
+            cached=ids.shape[1] - 1,  # the previous turn's last token was drawn, never fed
+        )
+        turn.tokens[:, L - W : L - D], turn.mask[:, L - W : L - D] = ids, mask
+        for b, row in enumerate(new_ids):
+            if row:
+                turn.tokens[b, L - len(row) : L] = row
+                turn.mask[b, L - len(row) : L] = 1
+        return turn
+
     def window(self) -> tuple[np.ndarray, np.ndarray]:
         """The observed context: ``(input_ids, attention_mask)``, ``(B, L)`` read-only views."""
         t, L = self.t, self.context_length
@@ -72,13 +115,15 @@ class Turn:
 
     @property
     def past_length(self) -> int:
-        """Trailing window columns before the new ones that a KV cache over this turn holds."""
-        return 0 if self.t == 0 else self.prompt_width + self.t - 1
+        """Trailing window columns before the new ones that a KV cache over this turn holds (at the start of a
+        carried turn: over the agent's previous one)."""
+        return self.cached if self.t == 0 else self.prompt_width + self.t - 1
 
     @property
     def num_new_tokens(self) -> int:
-        """Trailing window columns new since the previous step: the prompt, then one token."""
-        return self.prompt_width if self.t == 0 else 1
+        """Trailing window columns new since the previous step: the prompt (of a carried turn: what follows the
+        cached columns), then one token."""
+        return self.prompt_width - self.cached if self.t == 0 else 1
 
     def append(self, tokens: np.ndarray, stop_token_ids: np.ndarray, max_new_tokens: int) -> bool:
         """Append one token per conversation (ignored where the turn is over); whether the turn is
@@ -133,6 +178,13 @@ class PlayedTurn:
     reward: np.ndarray  # (B,) received for this turn
 
 
+def starts_turn(observation: Mapping[str, Any]) -> bool:
+    """Whether ``observation`` is the first of an agent's turn: nothing cached (``past_length == 0``), or a carried
+    turn's start, whose new columns follow the cached ones of its earlier turn (``num_new_tokens > 1``); a turn's
+    later steps add one token each."""
+    return int(observation["past_length"][0]) == 0 or int(observation["num_new_tokens"][0]) > 1
+
+
 def empty_context(pad_token_id: int, num_conversations: int, context_length: int) -> tuple[np.ndarray, np.ndarray]:
     """What an agent observes before its turn: all padding, read-only."""
     ids = np.full((num_conversations, context_length), pad_token_id, dtype=np.int64)
@@ -154,11 +206,18 @@ def encode(tokenizer: Any, texts: list[str], add_special_tokens: bool = True) ->
 
 
 def tokenize_fitting(
-    tokenizer: Any, texts: list[str], role: str, context_length: int, max_new_tokens: int, reserved: int = 0
+    tokenizer: Any,
+    texts: list[str],
+    role: str,
+    context_length: int,
+    max_new_tokens: int,
+    reserved: int = 0,
+    add_special_tokens: bool = True,
 ) -> list[list[int]]:
     """Tokenize ``role``'s prompts and check that each, plus ``reserved`` tokens (earlier answers
-    still to come), leaves room in the window for a response of ``max_new_tokens``."""
-    ids = encode(tokenizer, texts)
+    still to come), leaves room in the window for a response of ``max_new_tokens`` (a chat template's
+    rendering is tokenized without ``add_special_tokens``: it writes its own, as ``apply_chat_template`` does)."""
+    ids = encode(tokenizer, texts, add_special_tokens)
     room = context_length - max_new_tokens - reserved
     for text, row in zip(texts, ids):
         if len(row) > room:
@@ -183,13 +242,14 @@ def check_prompts_fit(
     context_length: int,
     max_new_tokens: int,
     needed: int = 0,
+    add_special_tokens: bool = True,
 ) -> None:
     """Check at once that every one of ``role``'s prompts (``texts``, rendered from ``queries``),
     plus ``extra`` tokens, fits ``context_length`` in each of ``tokenizers``; the error names how
     many do not, the longest, and the ``context_length`` that would hold them all (at least
     ``needed``: what the other turns of a chain need)."""
     for tokenizer in tokenizers:
-        lengths = prompt_lengths(tokenizer, texts, extra)
+        lengths = prompt_lengths(tokenizer, texts, extra, add_special_tokens)
         over = np.flatnonzero(lengths > context_length)
         if over.size:
             worst = int(over[np.argmax(lengths[over])])
@@ -202,9 +262,9 @@ def check_prompts_fit(
             )
 
 
-def prompt_lengths(tokenizer: Any, texts: Sequence[str], extra: int) -> np.ndarray:
+def prompt_lengths(tokenizer: Any, texts: Sequence[str], extra: int, add_special_tokens: bool = True) -> np.ndarray:
     """Each prompt's length in ``tokenizer``'s tokens, plus ``extra``."""
-    return np.array([len(row) for row in encode(tokenizer, list(texts))]) + extra
+    return np.array([len(row) for row in encode(tokenizer, list(texts), add_special_tokens)]) + extra
 
 
 def check_chain_prompts_fit(

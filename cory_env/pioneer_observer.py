@@ -217,6 +217,7 @@ from gymnasium.utils import seeding
 from pettingzoo import AECEnv, ParallelEnv
 from pettingzoo.utils import AgentSelector
 
+from cory_env.chat_prompts import ChatForm, chat_form, game_prompts
 from cory_env.context import (
     PlayedTurn,
     PromptTooLongError,  # noqa: F401 (raised by reset and check_prompts; exported from here)
@@ -224,7 +225,6 @@ from cory_env.context import (
     check_context_length,
     empty_context,
     new_token_range,
-    tokenize_fitting,
 )
 from cory_env.episode_record import EpisodeRecord
 from cory_env.parallel import to_parallel
@@ -232,6 +232,7 @@ from cory_env.prompts import (
     Prompt,
     PromptList,
     PromptSource,
+    as_prompt,
     as_prompt_source,
     metadata_lists,
 )
@@ -250,7 +251,6 @@ from cory_env.templates import (  # noqa: F401 (OBSERVER, ROLES: the chain's nam
     given_answers,
     transcript_text,
 )
-from cory_env.turn_prompts import TurnPrompts
 from cory_env.wrappers.order_enforcing import OrderEnforcingWrapper
 
 
@@ -305,6 +305,7 @@ class PioneerObserverEnv(AECEnv):
         prompt_fields: Sequence[str] | None = None,
         private_fields: Mapping[str, Sequence[int]] | None = None,
         turn_rewards: bool = False,
+        chat: ChatForm | bool | None = None,
     ):
         super().__init__()
         if num_agents is None:
@@ -341,13 +342,17 @@ class PioneerObserverEnv(AECEnv):
         self.rounds = check_rounds(rounds)
 
         self.prompt_source = as_prompt_source(prompts)
+        #: The chat form the game is played in (:mod:`cory_env.chat_prompts`), or ``None``: the raw form.
+        self.chat = chat_form(chat, self.prompt_source)
         self.reward_fn = reward_fn
         self.batched = num_conversations is not None
         self.num_conversations = num_conversations or 1
         self.max_new_tokens_range = new_token_range(max_new_tokens)
         self.context_length = int(context_length)
-        #: How each turn is prompted (:class:`~cory_env.turn_prompts.TurnPrompts`): its template, ``[round][position]``.
-        self.turn_prompts = TurnPrompts(
+        #: How each turn is prompted: :class:`~cory_env.turn_prompts.TurnPrompts` (its template, ``[round][position]``),
+        #: or in chat form :class:`~cory_env.chat_prompts.ChatPrompts` (each agent's view of the conversation).
+        self.turn_prompts = game_prompts(
+            self.chat,
             roles,
             templates,
             pioneer_template,
@@ -359,13 +364,15 @@ class PioneerObserverEnv(AECEnv):
             prompt_fields=prompt_fields,
             private_fields=private_fields,
         )
-        self.round_templates = self.turn_prompts.table
-        self.templates = self.round_templates[0]
-        self._answer_slots = self.turn_prompts.slots[0]
+        if self.chat is not None and stop_token_ids is None:  # a turn ends at each template's end of turn (or EOS)
+            ends = self.turn_prompts.end_of_turn_ids([s.tokenizer for s in self._speakers])
+            self._speakers = make_speakers(tokenizer, len(roles), vocab_size, ends)
+        self.round_templates = getattr(self.turn_prompts, "table", None)  # the raw form's templates; None in chat form
+        self.templates = self.round_templates[0] if self.round_templates else None
         self.turn_rewards = turn_rewards
         self._reward_turn_keywords = turn_keywords(reward_fn)
-        self.pioneer_template = self.templates[0]
-        self.observer_template = self.templates[1] if len(roles) > 1 else observer_template
+        chain = self.templates or [None, None]  # the pioneer's and observer's templates (raw form)
+        self.pioneer_template, self.observer_template = chain[0], chain[1] if len(roles) > 1 else observer_template
         self.knowledge_transfer = knowledge_transfer
         self.numeric_infos = numeric_infos
         self._last_transcript: dict[str, dict[str, Any]] | None = None
@@ -476,8 +483,10 @@ class PioneerObserverEnv(AECEnv):
         self.turn_prompts.check_episode(self.prompts, tokenizers, self.context_length, self.max_new_tokens)
 
     def _turn_texts(self, position: int) -> list[str]:
-        """The prompts of ``position``'s turn in the current round, from the turns played so far."""
-        return self.turn_prompts.texts(position, self.round, self.prompts, self.record.history)
+        """The prompts of ``position``'s turn in the current round, from the turns played so far (in chat form
+        rendered by its seat's chat template)."""
+        tokenizer = self.speaker(self.possible_agents[position]).tokenizer
+        return self.turn_prompts.texts(position, self.round, self.prompts, self.record.history, tokenizer=tokenizer)
 
     def check_prompts(self, prompts: Sequence[Prompt | str] | None = None) -> None:
         """Check that every prompt fits the context with the longest responses (``max_new_tokens``'
@@ -492,15 +501,17 @@ class PioneerObserverEnv(AECEnv):
             if not isinstance(self.prompt_source, PromptList):
                 return
             prompts = self.prompt_source.prompts
-        rows = [p if isinstance(p, Prompt) else Prompt(str(p)) for p in prompts]
+        rows = [as_prompt(p) for p in prompts]
         tokenizers = list({id(s.tokenizer): s.tokenizer for s in self._speakers}.values())  # any may sit anywhere
         self.turn_prompts.check_all(rows, tokenizers, self.context_length, self.max_new_tokens_range[1])
 
     def _start_turn(self, role: str, texts: list[str]) -> None:
-        """Tokenize the role's prompts and lay them out for its turn (:class:`~cory_env.context.Turn`)."""
+        """Tokenize the role's prompts and lay them out for its turn (:class:`~cory_env.context.Turn`); in chat form
+        a later turn of the role continues its last one where the view only grew (:mod:`cory_env.chat_prompts`)."""
         speaker, L, T = self.speaker(role), self.context_length, self.max_new_tokens
-        ids = tokenize_fitting(speaker.tokenizer, texts, role, L, T)
-        self._turns[role] = Turn.start(ids, texts, L, T, speaker.pad_token_id)
+        previous = self._turns.get(role) if self.chat is not None and self.chat.carry else None
+        turn = self.round * len(self.possible_agents) + self.possible_agents.index(role)
+        self._turns[role] = self.turn_prompts.start_turn(texts, speaker, turn, L, T, previous, self.responses.get(role))
 
     def observe(self, agent: str) -> dict[str, np.ndarray]:
         turn = self._turns.get(agent)
@@ -570,7 +581,10 @@ class PioneerObserverEnv(AECEnv):
         self.task_rewards[agent] = scores
         ids, mask = turn.columns()
         played = PlayedTurn(round, position, ids, mask, turn.t, n.copy(), scores, np.zeros(self.num_conversations))
-        ended = self.record.add(agent, played, responses, query=list(self.queries), context=turn.prompt_texts)
+        texts: dict[str, Any] = dict(query=list(self.queries), context=turn.prompt_texts)
+        if self.chat is not None:  # each conversation as the agent saw it, and its answer
+            texts["messages"] = self.turn_prompts.conversations(position, self.prompts, self.record.history, responses)
+        ended = self.record.add(agent, played, responses, **texts)
         if self.numeric_infos:
             self.infos[agent].update(
                 response_length=self._unbatch(n.copy()), task_reward=self._unbatch(np.array(scores, dtype=np.float64))

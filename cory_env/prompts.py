@@ -28,11 +28,42 @@ class Prompt:
     """One query, with whatever a reward function needs to score answers to it.
 
     ``metadata`` is passed to the reward function as keyword lists, one value per
-    conversation (for example ``answer`` for GSM8K).
+    conversation (for example ``answer`` for GSM8K). ``messages``, where given, is the row as a
+    conversation (TRL's conversational format: ``{"role", "content"}`` dicts), which the agents see
+    through their chat templates (:mod:`cory_env.chat_prompts`); :meth:`from_messages` makes such a row.
     """
 
     query: str
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    messages: tuple[Mapping[str, str], ...] | None = None
+
+    @classmethod
+    def from_messages(
+        cls,
+        messages: Sequence[Mapping[str, str]],
+        metadata: Mapping[str, Any] | None = None,
+        where: str = "a prompt row",
+    ) -> Prompt:
+        """A row that is a conversation; its ``query`` (what reward functions receive) is its last user message
+        (bad messages are refused naming ``where``).
+
+        >>> Prompt.from_messages([{"role": "user", "content": "Name a colour."}]).query
+        'Name a colour.'
+        """
+        from cory_env.chat import check_messages
+
+        checked = check_messages(messages, where)
+        query = next(m["content"] for m in reversed(checked) if m["role"] == "user")
+        return cls(query, dict(metadata or {}), checked)
+
+
+def as_prompt(row: Prompt | str | Sequence[Mapping[str, str]]) -> Prompt:
+    """A prompt row from a :class:`Prompt`, a string, or a list of messages (TRL's conversational format)."""
+    if isinstance(row, Prompt):
+        return row
+    if isinstance(row, Sequence) and not isinstance(row, str) and row and isinstance(row[0], Mapping):
+        return Prompt.from_messages(row)
+    return Prompt(str(row))
 
 
 @runtime_checkable
@@ -50,7 +81,7 @@ class PromptList:
     """A fixed list of prompts, sampled uniformly with replacement."""
 
     def __init__(self, prompts: Sequence[Prompt | str]):
-        self.prompts = [p if isinstance(p, Prompt) else Prompt(str(p)) for p in prompts]
+        self.prompts = [as_prompt(p) for p in prompts]
         if not self.prompts:
             raise UsageError(
                 "the prompt source is empty: give at least one prompt (a non-empty list of strings or Prompt objects)"

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cory_env.context import check_chain_prompts_fit, tokenize_fitting
+from cory_env.context import Turn, check_chain_prompts_fit, tokenize_fitting
 from cory_env.prompts import Prompt, PromptSource, check_rows_have_fields, row_fields, row_values
 from cory_env.templates import (
     SENTIMENT_OBSERVER,
@@ -91,10 +91,17 @@ class TurnPrompts:
         check_rows_have_fields(prompt_source, self.named)
 
     def texts(
-        self, position: int, round: int, prompts: Sequence[Prompt], history: History = (), blank: int | None = None
+        self,
+        position: int,
+        round: int,
+        prompts: Sequence[Prompt],
+        history: History = (),
+        blank: int | None = None,
+        tokenizer: Any = None,
     ) -> list[str]:
         """The prompts of ``position``'s turn in ``round``, one per prompt (conversation), from the turns
-        played before it (or, with ``blank``, as if that many turns had been played with empty answers)."""
+        played before it (or, with ``blank``, as if that many turns had been played with empty answers). The
+        text is every model's (``tokenizer``, which a chat form's template needs, is not used)."""
         template, named = self.table[round][position], self.named[round][position]
         N = len(self.roles)
         texts = []
@@ -105,6 +112,13 @@ class TurnPrompts:
                 earlier = [(i % N, i // N, "") for i in range(blank)]
             texts.append(render_turn(template, prompt.query, earlier, round, row_values(prompt, named, b)))
         return texts
+
+    def start_turn(self, texts: list[str], speaker: Any, turn: int, context_length: int, T: int, *_: Any) -> Turn:
+        """The turn (number ``turn`` of the episode) of ``speaker``'s agent, prompted by ``texts``, tokenized and
+        checked to leave room for an answer of ``T`` tokens (:class:`~cory_env.context.Turn`)."""
+        role = self.roles[turn % len(self.roles)]
+        ids = tokenize_fitting(speaker.tokenizer, texts, role, context_length, T)
+        return Turn.start(ids, texts, context_length, T, speaker.pad_token_id)
 
     def name(self, position: int, round: int) -> str:
         """A turn in messages: its role, and its round in a game of several."""

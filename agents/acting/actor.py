@@ -2,7 +2,8 @@
 
 :class:`LMActor` turns observations into token ids with one incremental forward pass
 per step: it keeps the model's KV cache across the steps of a turn, using the
-observation's ``past_length`` and ``num_new_tokens`` to feed only the new columns.
+observation's ``past_length`` and ``num_new_tokens`` to feed only the new columns (and, where a turn
+carries the agent's earlier one, across its turns: chat form).
 
 Example:
     >>> from cory_env import env
@@ -129,7 +130,8 @@ class LMActor:
     @torch.no_grad()
     def step(self, agent: str, observation: dict[str, np.ndarray]) -> StepOutput:
         """One incremental forward pass, then pick the next tokens."""
-        if self.fused_sampling and observation["past_length"][0]:  # a compiled decode step that samples too
+        if self.fused_sampling and observation["num_new_tokens"][0] == 1 and observation["past_length"][0]:
+            # a compiled decode step that samples too
             tokens, logits, valid = self.static.step(
                 agent, *self._new_column(observation), sample=True, generator=self.generator
             )
@@ -163,13 +165,13 @@ class LMActor:
         new = int(observation["num_new_tokens"][0])
         if new == 0:
             raise ValueError(f"{agent!r} has no context yet: it is not its turn")
-        if self.static is not None and past:
+        if self.static is not None and past and new == 1:
             return self.static.step(agent, *self._new_column(observation))[1]
-        if self.static is not None:  # a turn's prompts: the prefill, into the reset static cache
+        if self.static is not None:  # a turn's prompts (after those of its earlier turn, if carried): the prefill
             device = self.device
-            ids = torch.tensor(np.atleast_2d(observation["input_ids"])[:, -new:], device=device)
-            mask = torch.tensor(np.atleast_2d(observation["attention_mask"])[:, -new:], device=device)
-            return self.static.prefill(agent, ids, mask, generate_positions(mask))
+            ids = torch.tensor(np.atleast_2d(observation["input_ids"])[:, -(past + new) :], device=device)
+            mask = torch.tensor(np.atleast_2d(observation["attention_mask"])[:, -(past + new) :], device=device)
+            return self.static.prefill(agent, ids, mask, generate_positions(mask), past=past)
         if past == 0:
             self._caches[agent] = DynamicCache()
         elif self._cached_length.get(agent) != past:

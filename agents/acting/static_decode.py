@@ -10,7 +10,10 @@ model's size, each a kernel launch on a GPU. This module gives an actor a :class
   so every decode step of a length has the same shapes, and attention reads about what a dynamic
   cache would rather than the whole window (on a CPU the whole 256-token window made decoding slower
   than eager: docs/benchmarks.md);
-- the prefill (a turn's prompt, of any length) runs eager into that cache;
+- the prefill (a turn's prompt, of any length) runs eager into that cache; a turn that carries the agent's
+  earlier one (chat form, :mod:`cory_env.chat_prompts`) prefills only its new columns into the cache of that turn
+  where it still has room and no other agent's turn has reset it since (an actor per learner: never), else the
+  whole context;
 - each later step, one new token per conversation, runs a compiled function of fixed shapes: token
   ids ``(B, 1)`` and the new token's attention mask, in buffers of their own, with the step's
   bookkeeping inside the graph (the mask over the whole cache updated in place, the positions
@@ -129,38 +132,41 @@ class StaticDecoder:
         #: float64 scan over a large vocabulary is slower than ATen's: docs/benchmarks.md).
         self.fused_sampling = device.type == "cuda" or model.config.get_text_config().vocab_size <= FUSED_VOCABULARY
         self.slots: dict[int, tuple[StaticCache, dict[str, torch.Tensor]]] = {}  # by cache length, for batch size B
-        self.cache: StaticCache | None = None  # this turn's
+        self.cache: StaticCache | None = None  # the current turn's
         self.buffers: dict[str, torch.Tensor] = {}  # the step's inputs: one layout, one address, every step
-        self.length = 0  # tokens written this turn
-        self.limit = 0  # this turn's cache length
+        self.length = 0  # tokens written in the current turn's cache
+        self.limit = 0  # its cache length
         self.agent: str | None = None  # whose turn the cache holds
+        #: Whose turn each cache holds, and how many of its tokens: an agent's later turn continues its cache if no
+        #: other agent's turn of that cache length has reset it since.
+        self.held: dict[int, tuple[str, int]] = {}
 
-    def prefill(self, agent: str, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Start ``agent``'s turn: its prompts ``ids`` ``(B, P)`` (left-padded; ``mask`` their attention mask,
-        ``positions`` theirs) into the reset cache, eager; ``(B, V)`` float32 logits of the next token."""
-        B, P = ids.shape
-        if P > self.cache_length:
-            raise ValueError(self._too_long(P))
-        limit = self.bucket(P)
-        if limit in self.slots and self.slots[limit][1]["mask"].shape[0] == B:
-            self.cache, self.buffers = self.slots[limit]
+    def prefill(
+        self, agent: str, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, past: int = 0
+    ) -> torch.Tensor:
+        """Start ``agent``'s turn: its context ``ids`` ``(B, C)`` (left-padded; ``mask`` its attention mask,
+        ``positions`` its positions), eager; ``(B, V)`` float32 logits of the next token. With ``past`` the first
+        ``past`` columns are the agent's previous turn, which its cache holds: only the others are prefilled,
+        where the cache has room for them and an answer; else the whole context, into a reset cache."""
+        B, C = ids.shape
+        if C > self.cache_length:
+            raise ValueError(self._too_long(C))
+        limit = self.bucket(C)
+        held = next((n for n, (who, length) in self.held.items() if who == agent and length == past and n >= limit), 0)
+        if past and held and self.slots[held][1]["mask"].shape[0] == B:  # the new columns, into the cache it holds
+            self._switch(agent, held, B, ids, mask)
+            new = slice(past, C)
+            self.buffers["mask"][:, new] = mask[:, new]
+            self.buffers["count"].add_(mask[:, new].sum(-1))
+            ids, positions = ids[:, new], positions[:, new]
+        else:
+            self._switch(agent, limit, B, ids, mask)
             self.cache.reset()
             self.buffers["mask"].zero_()
-        else:  # a new length (or batch size): its cache, and a compiled step of its shapes at its first step
-            self.cache = StaticCache(config=self.model.config, max_cache_len=limit)
-            device = ids.device
-            self.buffers = {
-                "mask": torch.zeros(B, limit, dtype=mask.dtype, device=device),
-                "count": torch.zeros(B, dtype=mask.dtype, device=device),
-                "index": torch.zeros((), dtype=torch.long, device=device),
-                "ids": torch.zeros(B, 1, dtype=ids.dtype, device=device),
-                "column": torch.zeros(B, dtype=mask.dtype, device=device),
-                "uniform": torch.zeros(B, 1, dtype=torch.float64, device=device),
-            }
-            self.slots[limit] = (self.cache, self.buffers)
-        self.buffers["mask"][:, :P] = mask
-        self.buffers["count"].copy_(mask.sum(-1))
-        self.agent, self.length, self.limit = agent, P, limit
+            self.buffers["mask"][:, :C] = mask
+            self.buffers["count"].copy_(mask.sum(-1))
+        self.length = C
+        self.held[self.limit] = (agent, C)
         with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             out = self.model(
                 input_ids=ids,
@@ -171,6 +177,24 @@ class StaticDecoder:
                 logits_to_keep=1,
             )
         return out.logits[:, -1, :].float()
+
+    def _switch(self, agent: str, limit: int, B: int, ids: torch.Tensor, mask: torch.Tensor) -> None:
+        """Make ``agent``'s cache of ``limit`` tokens the current one (a new length, batch size or agent gets its
+        cache, and a compiled step of its shapes at its first step)."""
+        slot = self.slots.get(limit)
+        if slot is None or slot[1]["mask"].shape[0] != B:
+            device = ids.device
+            buffers = {
+                "mask": torch.zeros(B, limit, dtype=mask.dtype, device=device),
+                "count": torch.zeros(B, dtype=mask.dtype, device=device),
+                "index": torch.zeros((), dtype=torch.long, device=device),
+                "ids": torch.zeros(B, 1, dtype=ids.dtype, device=device),
+                "column": torch.zeros(B, dtype=mask.dtype, device=device),
+                "uniform": torch.zeros(B, 1, dtype=torch.float64, device=device),
+            }
+            slot = self.slots[limit] = (StaticCache(config=self.model.config, max_cache_len=limit), buffers)
+        self.cache, self.buffers = slot
+        self.agent, self.limit = agent, limit
 
     def step(
         self,
@@ -197,6 +221,7 @@ class StaticDecoder:
         b["column"].copy_(torch.from_numpy(np.ascontiguousarray(column)))
         b["index"].fill_(past)
         self.length += 1
+        self.held[self.limit] = (agent, self.length)
         inputs = (self.model, self.cache, b["ids"], b["mask"], b["count"], b["index"], b["column"])
         with torch.autocast(b["ids"].device.type, dtype=torch.bfloat16, enabled=self.bf16):
             if not sample:

@@ -24,7 +24,9 @@ with TorchRL's collectors, ``GAE`` and ``ClipPPOLoss`` (examples/train_torchrl.p
 - :func:`token_critic`: a ``ValueOperator`` with a :class:`TokenValue` network;
 - :func:`fixed_token_policy`: a group that always says the same token (the fixed other role);
 - :func:`finished_episode_rewards`: the rewards of the episodes a batch of data finished;
-- :func:`episode_rewards`: evaluate a policy on prompts drawn from a seed.
+- :func:`episode_rewards`: evaluate a policy on prompts drawn from a seed;
+- :func:`transcript_history` and :func:`history_prompts`: a game in chat form as TorchRL's chat ``History``
+  (each conversation as a role saw it, its answer last), and a ``History`` as prompt rows to play.
 
 The networks embed the tokens as :class:`cory_agents.integrations.sb3.TokenEmbeddingExtractor` does (masked
 mean of the context's embeddings, the newest token's, the role): tiny models trained from
@@ -229,3 +231,41 @@ def episode_rewards(
     with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
         rollout = env.rollout(episodes * longest, policy, break_when_any_done=False)
     return finished_episode_rewards(rollout, group, key)[:episodes].numpy().astype(np.float64)
+
+
+def transcript_history(transcript: Any, role: str) -> Any:
+    """The last finished episode in chat form as TorchRL's ``torchrl.data.llm.History``: each conversation as
+    ``role`` saw it at its latest turn, its answer last (``last_transcript[role]["messages"]``). ``transcript`` is
+    :attr:`~cory_env.PioneerObserverEnv.last_transcript` (or an environment that has it). Its batch size is
+    ``(B, -1)``, conversations of different lengths allowed, as ``History.from_chats`` makes it.
+
+        >>> import cory_env
+        >>> game = cory_env.env(prompts=[[{"role": "user", "content": "Name a colour."}]], max_new_tokens=2)
+        >>> game.reset(seed=0)
+        >>> for agent in game.agent_iter():
+        ...     game.step(None if game.last()[2] else 2)  # every answer ends at once: the end of turn
+        >>> [m["role"] for m in transcript_history(game, "observer").tolist()[0]]
+        ['user', 'user', 'assistant']
+        >>> history_prompts(transcript_history(game, "pioneer"))[0].messages[0]["content"]
+        'Name a colour.'
+    """
+    from torchrl.data.llm import History
+
+    transcript = getattr(transcript, "last_transcript", transcript)
+    if transcript is None or role not in transcript:
+        raise ValueError(f"no finished episode of {role!r} to read: play one first (last_transcript is empty)")
+    messages = transcript[role].get("messages")
+    if messages is None:
+        raise ValueError("the episode was not played in chat form (chat=True, or prompt rows of messages): no messages")
+    chats = [messages] if messages and isinstance(messages[0], dict) else messages  # the single form: one
+    return History.from_chats([[dict(m) for m in chat] for chat in chats])
+
+
+def history_prompts(history: Any) -> list[Any]:
+    """TorchRL's chat ``History`` (batched, ``(B, -1)``) as prompt rows of messages
+    (:meth:`~cory_env.prompts.Prompt.from_messages`), to play in chat form."""
+    from cory_env.prompts import Prompt
+
+    chats = history.tolist()
+    chats = [chats] if chats and isinstance(chats[0], dict) else chats
+    return [Prompt.from_messages([{"role": m["role"], "content": m["content"]} for m in chat]) for chat in chats]

@@ -42,7 +42,7 @@ import numpy as np
 
 from cory_agents.learners.base import Episode
 from cory_agents.learners.team import TeamEpisode
-from cory_env.context import encode
+from cory_env.context import encode, starts_turn
 
 
 class _Keep:
@@ -123,7 +123,7 @@ def replay(
                 env.step(None)
                 continue
             k = env.round * N + roles.index(role)
-            if observation["past_length"][0] == 0:  # a turn starts
+            if starts_turn(observation):
                 step = 0
                 if k not in fed and common_random_numbers and _samples(members[name]):
                     members[name].sampling_generator.set_state(_state_at(team, name, env.round))

@@ -10,7 +10,7 @@ A run flows one way: :mod:`~cory_agents.training.config` (settings, resolved and
 - :mod:`~cory_agents.training.registry`: the ``--learner`` registry (``LearnerSpec``: factory, config, capabilities;
   installed packages' entry points), with :mod:`~cory_agents.training.capabilities`;
 - :mod:`~cory_agents.training.build`: :func:`~cory_agents.training.build.assemble`: the run's task, devices,
-  models, learners and game;
+  models, learners and game, with :mod:`~cory_agents.training.chat_settings` (``--chat``: the game in chat form);
 - :mod:`~cory_agents.training.trainer`: the :class:`~cory_agents.training.trainer.Trainer` loop (rollout,
   learn, log, checkpoint);
 - :mod:`~cory_agents.training.checkpoint`: safe, atomic checkpoints and resume;

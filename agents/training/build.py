@@ -40,6 +40,7 @@ from cory_agents.learners.team import IndependentLearners, TeamLearner, TeamRun
 from cory_agents.speed import padding_free
 from cory_agents.speed.cpu_linear import use_cpu_linear
 from cory_agents.speed.host_memory import retain_freed_memory
+from cory_agents.training.chat_settings import task_chat_form
 from cory_agents.training.config import TrainConfig, build_task, check_group_size
 from cory_agents.training.devices import learner_devices, parse_device
 from cory_agents.training.registry import TeamFactory, learner_spec
@@ -126,10 +127,11 @@ def assemble(
         context_length=config.context_length,
         knowledge_transfer=not config.no_knowledge_transfer,
         rounds=config.rounds,
-        later_templates=None if config.template_list() else task.later_templates,
+        later_templates=None if config.template_list() or config.chat else task.later_templates,
         prompt_fields=task.prompt_fields if not config.task_file else None,
         private_fields=task.private_fields,
         turn_rewards=config.turn_rewards,
+        chat=task_chat_form(config, task),
     )
     game.check_prompts()  # a prompt too long for --context-length fails now, not at the episode that draws it
     if config.algo == "cory":

@@ -27,6 +27,7 @@ from cory_agents.learners.happo import HAPPOConfig
 from cory_agents.learners.lm import LMLearnerConfig, default_mini_batch_size
 from cory_agents.learners.mappo import MAPPOConfig
 from cory_agents.learners.ppo import PPOConfig
+from cory_agents.training.chat_settings import check_chat_settings
 from cory_agents.training.devices import check_devices
 from cory_agents.training.registry import TeamFactory, available_learners, learner_spec
 from cory_agents.training.sections import (
@@ -115,6 +116,7 @@ class TrainConfig(
             )
         if self.templates:
             self.template_list()  # a bad list fails now
+        check_chat_settings(self)
         refusal = spec.supports.refusal(
             self.learner,
             rounds=self.rounds,
@@ -298,8 +300,8 @@ def resolve(config: TrainConfig, data_parallel: DataParallel | None = None) -> T
     config changes nothing.
     """
     dp = data_parallel or DataParallel()
-    config = with_task_defaults(apply_preset(config), get_task(config.task))
-    task = get_task(config.task)
+    task = get_task(config.task).in_chat_form() if config.chat else get_task(config.task)
+    config = with_task_defaults(apply_preset(config), task)
     if not task.min_agents <= config.chain_length() <= (task.max_agents or config.chain_length()):
         agents = f"{task.min_agents}" if task.max_agents == task.min_agents else f"at least {task.min_agents}"
         fix = "use --algo cory" if config.algo == "ppo" else f"give --num-agents {task.min_agents}"
@@ -409,6 +411,7 @@ def build_task(config: TrainConfig) -> Task:
     task = get_task(config.task)
     if config.task_file:
         task = custom_task(config.task_file, like=task, name="custom", query_field=config.query_field)
+    task = task.in_chat_form() if config.chat else task
     if task.prompt_options and not config.task_file:  # the task's own settings (--num-secrets), for its prompts
         options = {name: getattr(config, name) for name in task.prompt_options}
         task = dataclasses.replace(task, prompts=functools.partial(task.prompts, **options))

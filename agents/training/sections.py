@@ -43,6 +43,13 @@ class TaskConfig:
         "auto",
         "where the task's prompts come from: auto, or sentiment: imdb, rotten_tomatoes; gsm8k: gsm8k, gsm_symbolic",
     )
+    chat: bool = flag(
+        False,
+        "play the task in chat form: each agent sees the conversation (its system message, the others' turns as "
+        "user messages, its own as assistant messages) through its model's chat template; default: the raw form's "
+        "string prompts, as TRL applies a chat template only to conversational data (a --task-file of messages is "
+        "played in chat form without this flag)",
+    )
     pioneer_template: str = flag("", "pioneer prompt, a format string with {query} (empty: the task's)")
     observer_template: str = flag(
         "",
@@ -129,6 +136,11 @@ class GameConfig:
     role_exchange_period: int = flag(5, "iterations between role exchanges (CORY's T_REx)")
     no_role_exchange: bool = flag(False, "ablation: never exchange roles")
     no_knowledge_transfer: bool = flag(False, "ablation: the observer sees only the query")
+    no_carried_context: bool = flag(
+        False,
+        "ablation, chat form: render and prefill every turn afresh (an agent's later turns do not carry its "
+        "earlier ones' tokens and KV cache)",
+    )
     seed: int = flag(0, "random seed (prompts, sampling, minibatches)")
     preset: str = flag(
         "",

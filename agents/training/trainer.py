@@ -58,6 +58,7 @@ from cory_agents.training.plots import plot_run
 from cory_agents.training.provenance import record_session
 from cory_agents.training.resumable import check_resumable
 from cory_agents.training.run_lock import RunExistsError, RunLock
+from cory_env.context import starts_turn
 from cory_env.errors import CoryError, UsageError
 from cory_env.prompts import PromptSource
 from cory_env.rewards.base import RewardCallCancelled, RewardFunction
@@ -196,7 +197,7 @@ class Trainer:
                 else:
                     learner = self.learners[agent]
                     # A turn starts where nothing of it is cached yet: for replays' common random numbers.
-                    if obs["past_length"][0] == 0 and hasattr(learner, "sampling_generator"):
+                    if starts_turn(obs) and hasattr(learner, "sampling_generator"):
                         self.sampling_states.setdefault(agent, []).append(learner.sampling_generator.get_state())
                     self.game.step(learner.act(agent, obs))
         return finals

@@ -2,7 +2,7 @@
 
 :func:`get_reward` resolves a name, trying in order:
 
-1. a registered name: the built-ins ``"vader"`` (sentiment) and ``"gsm8k"`` (math
+1. a registered name: the built-ins ``"vader"`` (sentiment; ``"vader-joined"`` in chat form), ``"gsm8k"`` (math
    answer checker), and whatever :func:`register` added;
 2. an entry point of the group ``"cory_env.rewards"`` that an installed package
    declares (loaded only when asked for);
@@ -246,10 +246,11 @@ def _load_classifier(name: str, device: str | torch.device | None) -> RewardFunc
 
 def _register_builtins() -> None:
     from cory_env.rewards.gsm8k import gsm8k_reward
-    from cory_env.rewards.sentiment import vader_sentiment
+    from cory_env.rewards.sentiment import vader_joined, vader_sentiment
     from cory_env.tasks.signal import signal_reward
 
     register("vader", vader_sentiment)
+    register("vader-joined", vader_joined)
     register("gsm8k", gsm8k_reward)
     register("signal", signal_reward)
 

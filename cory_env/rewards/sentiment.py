@@ -7,7 +7,9 @@ while VADER (``vadersentiment``, MIT) ships its lexicon inside the package. Scor
 lie in [-1, 1] rather than on the logit scale of the classifier.
 
 Following the paper's convention, the query and the response are scored together
-(``query + response``), not the response alone.
+(``query + response``), not the response alone. In chat form (``--chat``) an answer is a reply,
+not a continuation of the query's last word: ``vader-joined`` joins the two with a space where
+neither has one, so that the query's last word and the reply's first stay two words.
 """
 
 from __future__ import annotations
@@ -29,3 +31,14 @@ def vader_sentiment(queries: list[str], responses: list[str], **_: Any) -> list[
         raise ValueError(f"got {len(queries)} queries but {len(responses)} responses")
     analyzer = _analyzer()
     return [float(analyzer.polarity_scores(q + r)["compound"]) for q, r in zip(queries, responses)]
+
+
+def vader_joined(queries: list[str], responses: list[str], **_: Any) -> list[float]:
+    """VADER compound score of each query and response joined by a space (where neither ends or begins with
+    whitespace): the sentiment task's reward in chat form.
+
+    >>> vader_joined(["The film was"], ["great."]) == vader_sentiment(["The film was"], [" great."])
+    True
+    """
+    joined = [r if not r or not q or q[-1].isspace() or r[0].isspace() else " " + r for q, r in zip(queries, responses)]
+    return vader_sentiment(queries, joined)

@@ -30,10 +30,12 @@ task can be added with :func:`register_task`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from cory_env.chat_prompts import ChatForm
 from cory_env.errors import UsageError
 from cory_env.hub import DatasetUnavailableError
 from cory_env.prompts import Prompt, PromptSource
@@ -43,6 +45,9 @@ from cory_env.tasks.sentiment import (
     ReviewPrefixes,
     load_reviews,
     sentiment_prompts,
+)
+from cory_env.tasks.signal import (
+    CHAT_FORM as SIGNAL_CHAT,
 )
 from cory_env.tasks.signal import (
     LATER_SENDER_TEMPLATE,
@@ -93,6 +98,10 @@ class Task:
         min_agents, max_agents: the chains that can play it (a game of two needs ``--algo cory``;
             ``max_agents`` ``None``: any longer chain).
         prompt_options: settings of ``cory-train`` (field names) passed to ``prompts`` as keywords.
+        chat: the :class:`~cory_env.chat_prompts.ChatForm` the task plays in chat form (``--chat``): each
+            position's system message, the opening, the speakers' names; ``None``: no chat form.
+        chat_defaults: the settings the chat form changes (``context_length``, ``max_new_tokens``, ...,
+            ``default_reward``): a conversation is longer than a raw prompt, a reply is not a continuation.
         check_row: ``check_row(prompt)`` raises a :class:`~cory_env.errors.UsageError` (what is wrong, the fix)
             for a row of your data the task can never score; :func:`~cory_env.tasks.custom.custom_task`
             (``--task-file``) runs it over every row when it reads them, naming the row's line.
@@ -115,6 +124,19 @@ class Task:
     max_agents: int | None = None
     prompt_options: tuple[str, ...] = ()
     check_row: Callable[[Prompt], None] | None = None
+    chat: ChatForm | None = None
+    chat_defaults: Mapping[str, Any] = field(default_factory=dict)
+
+    def in_chat_form(self) -> Task:
+        """The task as ``--chat`` plays it: its :attr:`chat_defaults` applied (its :attr:`chat` form is what the
+        environment gets); a task without a chat form is refused, naming the ones that have one."""
+        if self.chat is None:
+            have = ", ".join(sorted(n for n, t in TASKS.items() if t.chat is not None))
+            raise UsageError(
+                f"task {self.name!r} has no chat form (--chat): the tasks with one are {have}; or give your prompts as "
+                f"messages (a --task-file whose rows are conversations), which are played in chat form"
+            )
+        return dataclasses.replace(self, **self.chat_defaults)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -179,6 +201,15 @@ register_task(
         context_length=128,
         sources=("auto", "imdb", "rotten_tomatoes"),
         description="continue the first 2-7 tokens of a movie review positively (the paper's IMDB task)",
+        chat=ChatForm(
+            system=(
+                "Continue the movie review the user begins. Reply with the next words of the review only.",
+                "Continue the movie review the user begins, more positively than your partner did. Reply with the "
+                "next words of the review only.",
+            ),
+            names=("partner", "reviser"),
+        ),
+        chat_defaults=dict(context_length=192, default_reward="vader-joined"),
     )
 )
 register_task(
@@ -193,6 +224,15 @@ register_task(
         context_length=1024,
         sources=("auto", "gsm8k", "gsm_symbolic"),
         description="solve grade-school math word problems, one-shot prompt (the paper's GSM8K task)",
+        chat=ChatForm(
+            system=(
+                "Solve the math problem step by step, then end with the final answer as a number.",
+                "Solve the math problem step by step, then end with the final answer as a number. Your partner's "
+                "answer may help; check it.",
+            ),
+            names=("partner", "checker"),
+        ),
+        chat_defaults=dict(context_length=1280),
     )
 )
 
@@ -215,6 +255,8 @@ register_task(
         max_agents=2,
         prompt_options=("num_secrets", "secret_words"),
         check_row=check_signal_row,
+        chat=SIGNAL_CHAT,
+        chat_defaults=dict(min_new_tokens=8, max_new_tokens=8, context_length=256),
     )
 )
 

@@ -182,7 +182,11 @@ def query_text(value: Any, place: str) -> str:
 
 
 def row_prompt(query_field: str, metadata_fields: Sequence[str] | None, row: Mapping[str, Any], place: str) -> Prompt:
-    """One row's prompt: the ``query_field`` column, and ``metadata_fields`` (default: the other columns)."""
+    """One row's prompt: the ``query_field`` column, and ``metadata_fields`` (default: the other columns). A query
+    that is a list of messages (TRL's conversational format: ``{"role", "content"}`` dicts; a row without
+    ``query`` may hold them in TRL's column ``prompt``) makes a conversation, played in chat form."""
+    if query_field == "query" and "query" not in row and isinstance(row.get("prompt"), list):
+        query_field = "prompt"  # TRL's conversational column
     wanted = [query_field, *(metadata_fields or [])]
     missing = [f for f in wanted if f not in row]
     if missing:
@@ -192,4 +196,7 @@ def row_prompt(query_field: str, metadata_fields: Sequence[str] | None, row: Map
             + ("Choose the query column with query_field (--query-field)." if query_field in missing else "")
         )
     fields = metadata_fields if metadata_fields is not None else [k for k in row if k != query_field]
-    return Prompt(query_text(row[query_field], place), {k: row[k] for k in fields})
+    metadata = {k: row[k] for k in fields}
+    if isinstance(row[query_field], list):
+        return Prompt.from_messages(row[query_field], metadata, where=place)
+    return Prompt(query_text(row[query_field], place), metadata)

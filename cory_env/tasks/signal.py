@@ -45,6 +45,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from cory_env.chat_prompts import ChatForm
 from cory_env.errors import UsageError
 from cory_env.prompts import Prompt, PromptList
 
@@ -68,6 +69,18 @@ LATER_SENDER_TEMPLATE = (
 )
 #: Only the sender (position 0) sees the secret.
 PRIVATE_FIELDS = {"secret": (0,)}
+#: The game in chat form (``--chat``): a system message each, the candidate words in the opening, and the
+#: message and guesses as the conversation (in later rounds the sender reads the guess and may correct it).
+CHAT_FORM = ChatForm(
+    system=(
+        "You play a word game with a partner. The secret {query} is {secret}. Your partner does not know it: tell "
+        "them which {query} it is, in a few words.",
+        "You play a word game with a partner, who knows a secret {query} and tells you which it is. Name the secret "
+        "{query}.",
+    ),
+    opening="The secret {query} is one of: {words}.",
+    names=("sender", "receiver"),
+)
 
 
 def check_secrets(num_secrets: int, words: str) -> tuple[str, ...]:

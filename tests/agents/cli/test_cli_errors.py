@@ -633,3 +633,25 @@ def test_a_signal_task_file_row_that_can_never_score(run, toy_model, tmp_path, r
     assert code == 2, err[-2000:]
     assert the_error(err, "cory-train").startswith(f"{task_file}, line 2: {error}")
     assert not (tmp_path / "run").exists(), "refused before anything is written"
+
+
+@pytest.mark.parametrize(
+    "flags, error",
+    [
+        (["--chat"], "chat form needs a chat template, but the tokenizer of agent 1 (pioneer) has none"),
+        (["--chat", "--pioneer-template", "{query}"], "--pioneer-template set the raw form's string prompts"),
+        (["--no-carried-context"], "--no-carried-context is an ablation of the chat form's carried context"),
+        (
+            ["--model", "tiny", "--task", "signal", "--prompt-source", "auto", "--chat", "--rounds", "3"],
+            "Raise context_length to",
+        ),
+        (["--task-file", "BAD_ROLE"], "line 1: message 0 has the role 'bot'"),
+    ],
+    ids=["no-chat-template", "raw-template-in-chat", "ablation-without-chat", "conversation-too-long", "bad-role"],
+)
+def test_a_chat_game_that_cannot_be_played(run, toy_model, tmp_path, flags, error):
+    (tmp_path / "bad.jsonl").write_text('{"prompt": [{"role": "bot", "content": "Hi"}]}\n')
+    flags = [str(tmp_path / "bad.jsonl") if f == "BAD_ROLE" else f for f in flags]
+    code, err = run(cory_train.main, "cory-train", toy_args(toy_model, tmp_path / "run", *flags))
+    assert code == 2, err[-2000:]
+    assert error in the_error(err, "cory-train")

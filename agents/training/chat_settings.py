@@ -1,0 +1,41 @@
+"""A run's chat form: ``--chat`` plays the task as conversations through each model's chat template
+(:mod:`cory_env.chat_prompts`), ``--no-carried-context`` renders every turn afresh (an ablation).
+
+The raw form's string-prompt settings (``--pioneer-template``, ``--observer-template``, ``--templates``,
+``--no-knowledge-transfer``) mean nothing in chat form, where every agent sees the conversation, and are
+refused with it; a task file whose rows are messages is played in chat form without ``--chat``, as TRL
+applies a chat template to a conversational dataset only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from cory_env.chat_prompts import ChatForm
+from cory_env.errors import UsageError
+from cory_env.tasks import Task
+
+
+def check_chat_settings(config: Any) -> None:
+    """Refuse the chat settings that cannot work together (a :class:`~cory_env.errors.UsageError` naming the fix)."""
+    if config.no_carried_context and not config.chat:
+        raise UsageError(
+            "--no-carried-context is an ablation of the chat form's carried context (--chat): add --chat, or drop it"
+        )
+    raw = {"--pioneer-template": config.pioneer_template, "--observer-template": config.observer_template}
+    raw |= {"--templates": config.templates, "--no-knowledge-transfer": config.no_knowledge_transfer}
+    if config.chat and (given := [name for name, value in raw.items() if value]):
+        raise UsageError(
+            f"{', '.join(given)} set the raw form's string prompts, but --chat plays the task in chat form (every "
+            f"agent sees the conversation through its chat template): drop {given[0]}, or drop --chat"
+        )
+
+
+def task_chat_form(config: Any, task: Task) -> ChatForm | None:
+    """The chat form the run plays: with ``--chat`` the task's (``--no-carried-context``: without its carried
+    context); ``None`` otherwise: the raw form, or the chat form where the prompt rows are messages (the
+    environment's choice)."""
+    if not config.chat:
+        return None
+    return dataclasses.replace(task.chat, carry=False) if config.no_carried_context else task.chat
