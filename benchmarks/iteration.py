@@ -32,6 +32,9 @@ memory is at most 1.3x PPO's; our CORY needs at most 40% of the authors' CORY ti
                                                    # (--num-agents; docs/teams.md)
     python benchmarks/iteration.py --no-lora --game-rounds 2   # also CORY playing 2 rounds (--rounds;
                                                    # docs/games.md): R rounds should cost at most R x one
+    python benchmarks/iteration.py --no-lora --chat-rounds 2,4   # also CORY in chat form (--chat) over 1, 2 and
+                                                   # 4 rounds, with the carried context and rendered afresh
+                                                   # (--no-carried-context); --compile-comparison: compiled too
     python benchmarks/iteration.py --no-lora --padding-free-ablation --before cac7d4d   # every configuration
                                                    # also with the code of another commit, side by side
 """
@@ -278,6 +281,12 @@ def main() -> None:
         default="",
         help="also run CORY games of these numbers of rounds, comma-separated (--rounds; 1 is plain CORY): e.g. 2",
     )
+    p.add_argument(
+        "--chat-rounds",
+        default="",
+        help="also run CORY in chat form (--chat) for 1 round and these numbers of rounds, comma-separated, each with "
+        "the carried context and rendered afresh (--no-carried-context); with --compile-comparison compiled too",
+    )
     p.add_argument("--model", default="smollm2-135m", help="model name or path")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument(
@@ -335,6 +344,18 @@ def main() -> None:
     configs |= {
         f"cory, {r} rounds": dict(common, algo="cory", rounds=r, **cory_only.get("cory", {})) for r in game_rounds
     }
+    chat_rounds = [int(r) for r in args.chat_rounds.split(",") if r.strip()]
+    if any(r < 2 for r in chat_rounds) or (chat_rounds and args.lora_only):
+        p.error(
+            "--chat-rounds: give 2 or more rounds (1 round in chat form is always run with them), without --lora-only"
+        )
+    chat = dict(common, algo="cory", chat=True, **cory_only.get("cory", {}))
+    compiled = [False, True] if args.compile_comparison else [False]
+    for c in compiled if chat_rounds else ():
+        configs[chat_name(1, False, c)] = dict(chat, compile=c)
+        for r in chat_rounds:
+            configs[chat_name(r, False, c)] = dict(chat, rounds=r, compile=c)
+            configs[chat_name(r, True, c)] = dict(chat, rounds=r, compile=c, no_carried_context=True)
     if not args.no_lora:
         configs |= {f"{a}+lora": dict(common, algo=a, lora=True, **cory_only.get(a, {})) for a in ("ppo", "cory")}
     with checkout(args.before) if args.before else contextlib.nullcontext() as before:
@@ -384,6 +405,13 @@ def main() -> None:
             f"CORY of {r} rounds / CORY of 1:               {paired(results, name, 'cory')} time (target <= {r}x: a "
             f"round costs no more than a turn did), {m[name] / m['cory']:.2f}x peak memory"
         )
+    for c in compiled if chat_rounds else ():
+        for r in chat_rounds:
+            carried, afresh, one = chat_name(r, False, c), chat_name(r, True, c), chat_name(1, False, c)
+            print(
+                f"{carried}: / afresh {paired(results, carried, afresh)} time; / 1 round {paired(results, carried, one)}"
+                f" (afresh / 1 round {paired(results, afresh, one)}); peak {m[carried] / m[afresh]:.2f}x afresh's"
+            )
     if not args.no_lora:
         print(f"CORY / PPO time (LoRA shared base):        {paired(results, 'cory+lora', 'ppo+lora')}")
         print(f"CORY+LoRA peak / PPO+LoRA peak:            {m['cory+lora'] / m['ppo+lora']:.2f}x  (target <= 1.3x)")
@@ -395,6 +423,16 @@ def main() -> None:
     if args.plot:
         plot(results, args.plot, authors=at_authors_settings(args, p))
         print(f"plot: {args.plot}")
+
+
+def chat_name(rounds: int, afresh: bool, compiled: bool) -> str:
+    """A chat-form configuration's name (``--chat-rounds``)."""
+    return (
+        "cory, chat"
+        + (f", {rounds} rounds" if rounds > 1 else "")
+        + (", afresh" if afresh else "")
+        + (", --compile" if compiled else "")
+    )
 
 
 def at_authors_settings(args: argparse.Namespace, parser: argparse.ArgumentParser) -> bool:

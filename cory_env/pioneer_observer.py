@@ -59,8 +59,10 @@ game's `secret`) may be named in templates (`prompt_fields`, by default a prompt
 `private_fields={"secret": [0]}` lets only position 0's templates name one, so no other agent's
 observation, info or context ever holds it: what it learns of the secret comes through the
 earlier agents' answers. `state()` holds every agent's context, the secret included: it is the
-centralised critic's view. A reward function whose signature names `round` or `position`
-receives what it names (both if it also takes `**kwargs`), 0-based, at every turn.
+centralised critic's view. A reward function whose signature names `round`, `position` or `earlier`
+receives what it names (all three if it also takes `**kwargs`) at every turn: the round and position,
+0-based, and per conversation the answers of the turns played before this one, in order (Taboo's
+referee reads the sender's message when it scores the guess).
 
 ### Replays
 
@@ -236,7 +238,7 @@ from cory_env.prompts import (
     as_prompt_source,
     metadata_lists,
 )
-from cory_env.rewards.base import RewardFunction, score_responses, turn_keywords
+from cory_env.rewards.base import RewardFunction, score_responses, told_turn, turn_keywords
 from cory_env.spaces import agent_spaces, as_token_ids, state_space
 from cory_env.speakers import Speaker, check_seating, make_speakers
 from cory_env.templates import (  # noqa: F401 (OBSERVER, ROLES: the chain's names, exported from here)
@@ -574,8 +576,7 @@ class PioneerObserverEnv(AECEnv):
         responses = self.speaker(agent).tokenizer.batch_decode(turn.response_ids(), skip_special_tokens=True)
         metadata = self._metadata
         if keys := self._reward_turn_keywords:  # a reward that scores every turn is told which one
-            told = {k: v for k, v in (("round", round), ("position", position)) if k in keys and k not in metadata}
-            metadata = {**metadata, **told}  # a prompt field of the same name wins: the reward got it before
+            metadata = {**metadata, **told_turn(keys, metadata, round, position, self.record.history)}
         scores = score_responses(self.reward_fn, self.queries, responses, metadata)
         self.responses[agent] = responses
         self.task_rewards[agent] = scores

@@ -40,7 +40,7 @@ from cory_agents.learners.team import IndependentLearners, TeamLearner, TeamRun
 from cory_agents.speed import padding_free
 from cory_agents.speed.cpu_linear import use_cpu_linear
 from cory_agents.speed.host_memory import retain_freed_memory
-from cory_agents.training.chat_settings import task_chat_form
+from cory_agents.training.chat_settings import in_chat_form, task_chat_form
 from cory_agents.training.config import TrainConfig, build_task, check_group_size
 from cory_agents.training.devices import learner_devices, parse_device
 from cory_agents.training.registry import TeamFactory, learner_spec
@@ -127,7 +127,9 @@ def assemble(
         context_length=config.context_length,
         knowledge_transfer=not config.no_knowledge_transfer,
         rounds=config.rounds,
-        later_templates=None if config.template_list() or config.chat else task.later_templates,
+        later_templates=None
+        if config.template_list() or task.chat is not None and in_chat_form(config)
+        else task.later_templates,
         prompt_fields=task.prompt_fields if not config.task_file else None,
         private_fields=task.private_fields,
         turn_rewards=config.turn_rewards,

@@ -27,7 +27,7 @@ from cory_agents.learners.happo import HAPPOConfig
 from cory_agents.learners.lm import LMLearnerConfig, default_mini_batch_size
 from cory_agents.learners.mappo import MAPPOConfig
 from cory_agents.learners.ppo import PPOConfig
-from cory_agents.training.chat_settings import check_chat_settings
+from cory_agents.training.chat_settings import check_chat_settings, in_chat_form
 from cory_agents.training.devices import check_devices
 from cory_agents.training.registry import TeamFactory, available_learners, learner_spec
 from cory_agents.training.sections import (
@@ -300,7 +300,7 @@ def resolve(config: TrainConfig, data_parallel: DataParallel | None = None) -> T
     config changes nothing.
     """
     dp = data_parallel or DataParallel()
-    task = get_task(config.task).in_chat_form() if config.chat else get_task(config.task)
+    task = get_task(config.task).in_chat_form() if in_chat_form(config) else get_task(config.task)
     config = with_task_defaults(apply_preset(config), task)
     if not task.min_agents <= config.chain_length() <= (task.max_agents or config.chain_length()):
         agents = f"{task.min_agents}" if task.max_agents == task.min_agents else f"at least {task.min_agents}"
@@ -309,9 +309,9 @@ def resolve(config: TrainConfig, data_parallel: DataParallel | None = None) -> T
             f"--task {config.task} is a game of {agents} agents, but --algo {config.algo} plays "
             f"{config.chain_length()}: {fix}"
         )
-    for name in ("num_secrets", "secret_words"):  # the signalling game's own settings
+    for name, game in (("num_secrets", "signal"), ("secret_words", "signal"), ("taboo_choices", "taboo")):
         if getattr(config, name) != TrainConfig.__dataclass_fields__[name].default and name not in task.prompt_options:
-            raise UsageError(f"--{name.replace('_', '-')} is a setting of --task signal, not of --task {config.task}")
+            raise UsageError(f"--{name.replace('_', '-')} is a setting of --task {game}, not of --task {config.task}")
     derived: dict[str, Any] = {}
     if config.mini_batch_size is None:  # it follows the batch size unless given
         derived["mini_batch_size"] = default_mini_batch_size(config.batch_size)
@@ -411,7 +411,7 @@ def build_task(config: TrainConfig) -> Task:
     task = get_task(config.task)
     if config.task_file:
         task = custom_task(config.task_file, like=task, name="custom", query_field=config.query_field)
-    task = task.in_chat_form() if config.chat else task
+    task = task.in_chat_form() if in_chat_form(config) else task
     if task.prompt_options and not config.task_file:  # the task's own settings (--num-secrets), for its prompts
         options = {name: getattr(config, name) for name in task.prompt_options}
         task = dataclasses.replace(task, prompts=functools.partial(task.prompts, **options))

@@ -65,6 +65,9 @@ class TaskConfig:
     )
     num_secrets: int = flag(4, "signal: the number of secret words K (2-8; chance is 1/K)")
     secret_words: str = flag("colours", "signal: the kind of secret words", choices=["colours", "animals"])
+    taboo_choices: int = flag(
+        4, "taboo: words the guesser chooses from (the secret and K-1 others of the list; 0: any word, no list)"
+    )
     reward_timeout: float | None = flag(
         None,
         "seconds one reward call may take before the run stops with an error naming the reward (default: 300, or no limit for a reward function with the attribute slow = True); 0: no limit",

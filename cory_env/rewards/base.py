@@ -131,8 +131,31 @@ def score_responses(
     return scores
 
 
-#: The keywords a reward that scores every turn takes (0-based): the round and the chain position.
-TURN_KEYWORDS = ("round", "position")
+#: The keywords a reward that scores every turn takes: the round and the chain position (0-based), and the
+#: answers of the turns played before this one (``earlier``: per conversation, in the order played).
+TURN_KEYWORDS = ("round", "position", "earlier")
+
+
+def told_turn(
+    keys: Sequence[str], metadata: Mapping[str, Any], round: int, position: int, history: Sequence[Any]
+) -> dict[str, Any]:
+    """What a reward that scores every turn is told of the turn it scores (those of :data:`TURN_KEYWORDS` it takes,
+    ``keys``; a prompt field of the same name wins: the reward got it before): ``history`` holds the turns played
+    before it, ``(position, round, answers)``.
+
+    >>> told_turn(("position", "earlier"), {}, 0, 1, [(0, 0, ["a", "b"])])
+    {'position': 1, 'earlier': [['a'], ['b']]}
+    """
+    told: dict[str, Any] = {}
+    for key in keys:
+        if key in metadata:
+            continue
+        if key == "earlier":
+            B = len(history[0][2]) if history else 0
+            told[key] = [[answers[b] for _, _, answers in history] for b in range(B)]
+        else:
+            told[key] = round if key == "round" else position
+    return told
 
 
 def turn_keywords(fn: Any) -> tuple[str, ...]:

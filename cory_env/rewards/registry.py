@@ -248,11 +248,13 @@ def _register_builtins() -> None:
     from cory_env.rewards.gsm8k import gsm8k_reward
     from cory_env.rewards.sentiment import vader_joined, vader_sentiment
     from cory_env.tasks.signal import signal_reward
+    from cory_env.tasks.taboo import taboo_reward
 
     register("vader", vader_sentiment)
     register("vader-joined", vader_joined)
     register("gsm8k", gsm8k_reward)
     register("signal", signal_reward)
+    register("taboo", taboo_reward)
 
 
 _register_builtins()

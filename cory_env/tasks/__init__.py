@@ -10,7 +10,11 @@ name       prompts                                   default reward    new token
 sentiment  first 2-7 tokens of a movie review        ``vader``         12
 gsm8k      grade-school math questions (+ answers)   ``gsm8k``         128-256
 signal     a secret word the receiver must name      ``signal``        4
+taboo      a secret word, described without taboos   ``taboo``         16 (chat form)
 ========== ========================================= ================= ==============
+
+Each has a chat form (:attr:`Task.chat`): ``--chat`` plays it as a conversation through the models' chat
+templates (:mod:`cory_env.chat_prompts`); Taboo, a game for chat models, is played so without the flag.
 
 Example:
     >>> import cory_env
@@ -57,6 +61,11 @@ from cory_env.tasks.signal import (
     signal_prompts,
 )
 from cory_env.tasks.signal import check_row as check_signal_row
+from cory_env.tasks.taboo import CHAT_FORM as TABOO_CHAT
+from cory_env.tasks.taboo import DESCRIBER_TEMPLATE as TABOO_DESCRIBER
+from cory_env.tasks.taboo import GUESSER_TEMPLATE as TABOO_GUESSER
+from cory_env.tasks.taboo import PRIVATE_FIELDS as TABOO_PRIVATE
+from cory_env.tasks.taboo import taboo_prompts
 from cory_env.templates import (
     GSM8K_OBSERVER,
     GSM8K_PIONEER,
@@ -100,6 +109,7 @@ class Task:
         prompt_options: settings of ``cory-train`` (field names) passed to ``prompts`` as keywords.
         chat: the :class:`~cory_env.chat_prompts.ChatForm` the task plays in chat form (``--chat``): each
             position's system message, the opening, the speakers' names; ``None``: no chat form.
+        chat_by_default: the task is played in chat form without ``--chat`` (a game made for chat models).
         chat_defaults: the settings the chat form changes (``context_length``, ``max_new_tokens``, ...,
             ``default_reward``): a conversation is longer than a raw prompt, a reply is not a continuation.
         check_row: ``check_row(prompt)`` raises a :class:`~cory_env.errors.UsageError` (what is wrong, the fix)
@@ -125,6 +135,7 @@ class Task:
     prompt_options: tuple[str, ...] = ()
     check_row: Callable[[Prompt], None] | None = None
     chat: ChatForm | None = None
+    chat_by_default: bool = False
     chat_defaults: Mapping[str, Any] = field(default_factory=dict)
 
     def in_chat_form(self) -> Task:
@@ -260,6 +271,28 @@ register_task(
     )
 )
 
+register_task(
+    Task(
+        name="taboo",
+        prompts=taboo_prompts,
+        pioneer_template=TABOO_DESCRIBER,
+        observer_template=TABOO_GUESSER,
+        default_reward="taboo",
+        min_new_tokens=16,
+        max_new_tokens=16,
+        context_length=256,
+        sources=("auto",),
+        description="Taboo, for chat models: the describer makes the guesser name a secret word without its taboo words",
+        prompt_fields=("choices",),
+        private_fields=TABOO_PRIVATE,
+        prompt_options=("taboo_choices",),
+        min_agents=2,
+        max_agents=2,
+        chat=TABOO_CHAT,
+        chat_by_default=True,
+    )
+)
+
 __all__ = [
     "TASKS",
     "DatasetUnavailableError",
@@ -275,4 +308,5 @@ __all__ = [
     "register_task",
     "sentiment_prompts",
     "signal_prompts",
+    "taboo_prompts",
 ]
