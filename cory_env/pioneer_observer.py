@@ -41,7 +41,7 @@ the same order again, `R * N` turns in all. What each part of the API does then:
 | API                      | with `rounds=R`                                                                     |
 |--------------------------|-------------------------------------------------------------------------------------|
 | AEC order, `agent_iter`  | the positions in order, round after round; each agent acts once per token of its turns |
-| observations             | a fresh context at each of the agent's turns (`past_length == 0` at its start)      |
+| observations             | a fresh context at each of the agent's turns (`past_length == 0` at its start); in chat form a later turn carries the earlier ones ([Chat models](chat.md)) |
 | templates                | `templates[k]` a template (every round) or a list of `R`; without it, later rounds use `later_templates` (one per position) or `observer_template` at every position: each agent revises after reading the turn before |
 | fields                   | `{response_k_j}` (agent `k`, round `j`), `{round}`, `{response_k}` (agent `k`'s latest), `{response}` (the previous turn), `{responses}` (every earlier turn: the transcript) |
 | rewards                  | the reward scores every turn; an agent receives its turns' scores summed at the episode end, or each at its turn's end with `turn_rewards=True` (AEC per-step rewards) |
@@ -94,14 +94,18 @@ conversation's turn is over.
 | `input_ids`      | `(L,)`/`(B, L)`  | context token ids (prompt, then the response so far)        |
 | `attention_mask` | `(L,)`/`(B, L)`  | 1 for real tokens, 0 for padding (and for ignored tokens)   |
 | `past_length`    | `(1,)`           | trailing columns before the new ones that a KV cache built  |
-|                  |                  | over this turn already holds; 0 at the start of a turn      |
+|                  |                  | over this turn already holds; 0 at the start of a turn (in  |
+|                  |                  | chat form, a later turn's: the agent's earlier turn's, less |
+|                  |                  | its last token, never fed)                                  |
 | `num_new_tokens` | `(1,)`           | trailing columns new since the agent's previous step: the   |
 |                  |                  | whole prompt at the start of a turn, then 1                  |
 | `role`           | `(1,)`           | the chain position: 0 for pioneer, 1 for observer, ...      |
 
 A policy with a KV cache feeds `input_ids[..., -num_new_tokens:]` with the mask
-`attention_mask[..., -(past_length + num_new_tokens):]`, and starts a fresh cache when
-`past_length == 0` (the layout: :mod:`cory_env.context`).
+`attention_mask[..., -(past_length + num_new_tokens):]` (positions counted over that mask: a carried
+context has masked columns inside it), and starts a fresh cache when `past_length == 0` (the layout:
+:mod:`cory_env.context`; a turn starts where `past_length == 0` or `num_new_tokens > 1`:
+:func:`~cory_env.context.starts_turn`).
 
 ### Global state
 

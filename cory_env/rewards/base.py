@@ -159,8 +159,8 @@ def told_turn(
 
 
 def turn_keywords(fn: Any) -> tuple[str, ...]:
-    """The turn keywords a reward function takes (it scores every turn): those of ``round`` and
-    ``position`` its signature names, or both if it names one and takes ``**kwargs`` too (a
+    """The turn keywords a reward function takes (it scores every turn): those of ``round``,
+    ``position`` and ``earlier`` its signature names, or all if it names one and takes ``**kwargs`` too (a
     :class:`~cory_env.rewards.registry.CheckedReward` or ``functools.partial`` is looked through).
     The environment passes them; a function that names neither is called as before."""
     for _ in range(8):  # a CheckedReward around a partial around the function: a few layers at most

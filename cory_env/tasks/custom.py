@@ -14,7 +14,7 @@ Excel's "CSV UTF-8") and Windows line ends (CRLF) give the same prompts as the p
 Example:
     >>> source = custom_prompts([{"query": "2 + 2 =", "answer": "4"}])
     >>> source.prompts[0]
-    Prompt(query='2 + 2 =', metadata={'answer': '4'})
+    Prompt(query='2 + 2 =', metadata={'answer': '4'}, messages=None)
     >>> task = custom_task("problems.jsonl", like="gsm8k")  # doctest: +SKIP
 """
 

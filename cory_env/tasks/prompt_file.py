@@ -18,7 +18,7 @@ Example:
     >>> _ = path.write_text('{"query": "2 + 2 =", "answer": "4"}\\n{"query": "3 + 4 =", "answer": "7"}\\n')
     >>> source = PromptFile(path)
     >>> len(source), source.fields, source.row(1)
-    (2, ('answer',), Prompt(query='3 + 4 =', metadata={'answer': '7'}))
+    (2, ('answer',), Prompt(query='3 + 4 =', metadata={'answer': '7'}, messages=None))
 """
 
 from __future__ import annotations

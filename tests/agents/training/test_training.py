@@ -198,7 +198,10 @@ def test_cli_help_explains_the_flags():
             "ppo --task signal --reward signal --prompt-source auto --context-length 96", marks=pytest.mark.ci
         ),
         # Chat form on the embedded architecture (its chat template): later turns carry the earlier ones' columns.
-        "ppo --model tiny --task signal --chat --rounds 2 --prompt-source auto --context-length 256",
+        pytest.param(
+            "ppo --model tiny --task signal --chat --rounds 2 --prompt-source auto --context-length 256",
+            marks=pytest.mark.ci,
+        ),
     ],
 )
 def test_resume_after_sigkill_matches_an_uninterrupted_run(toy_model, tmp_path, learner):
