@@ -65,7 +65,8 @@ class ChatForm:
 
     Attributes:
         system: each position's system message: one ``str.format`` string for every position, one per
-            position (``None`` for none), or ``None``: no system messages. Fields: ``{name}`` (the position's
+            position (``None`` for none; a longer chain's later positions take the last), or ``None``: no
+            system messages. Fields: ``{name}`` (the position's
             name), ``{query}``, and the prompt row's fields the position may see.
         opening: the user message a row of text opens with: ``{query}`` and the row's fields every position
             may see. A row of messages opens with its messages.
@@ -106,17 +107,19 @@ class ChatPrompts:
         N = len(self.roles)
         self.private_fields = check_private_fields(private_fields, roles)
         self.prompt_fields = row_fields(prompt_source, prompt_fields, self.private_fields) if prompt_source else ()
-        self.names = list(form.names) if form.names is not None else list(self.roles)
-        if len(self.names) != N or len(set(self.names)) != N or not all(isinstance(n, str) and n for n in self.names):
-            raise UsageError(
-                f"ChatForm.names must be {N} distinct non-empty names, one per position, got {form.names!r}"
-            )
+        # A chain shorter than the form plays its first positions (PPO: the pioneer alone); in a longer one the
+        # later positions take the last system message (as the raw form's later agents take the observer's
+        # template) and their roles as names.
+        given = list(form.names) if form.names is not None else []
+        self.names = [*given[:N], *self.roles[len(given) : N]]
+        if len(set(self.names)) != N or not all(isinstance(n, str) and n for n in self.names):
+            raise UsageError(f"ChatForm.names must be distinct non-empty names, one per position, got {self.names!r}")
         if form.system is None or isinstance(form.system, str):
             self.systems: list[str | None] = [form.system] * N
-        elif len(form.system) == N:
-            self.systems = list(form.system)
+        elif len(form.system) > 0:
+            self.systems = [form.system[min(k, len(form.system) - 1)] for k in range(N)]
         else:
-            raise UsageError(f"ChatForm.system must be one string, or one per position ({N}), got {form.system!r:.120}")
+            raise UsageError("ChatForm.system must be a string, None, or a non-empty list (one per position)")
         everyone = [f for f in self.prompt_fields if f not in self.private_fields or len(self.private_fields[f]) == N]
         #: The row fields each position's messages name.
         self.named = [

@@ -57,9 +57,11 @@ from cory_agents.evaluation.report import (  # noqa: F401
 from cory_agents.learners.lm import flag
 from cory_agents.learners.ppo import Episode, PPOLearner
 from cory_agents.training.build import resolve_device
+from cory_agents.training.chat_settings import solo_chat_form
 from cory_agents.training.checkpoint import load_checkpoint
 from cory_agents.training.config import TrainConfig, build_task, with_task_defaults
 from cory_env import env
+from cory_env.chat_prompts import ChatForm
 from cory_env.errors import UsageError
 from cory_env.prompts import Prompt, PromptSource
 from cory_env.rewards import get_reward
@@ -189,9 +191,11 @@ def sample_answers(
     seed: int = 0,
     progress: bool = True,
     desc: str = "evaluate",
+    chat: ChatForm | None = None,
 ) -> list[dict[str, Any]]:
-    """Play ``prompts`` (in order) with ``learner`` as the pioneer alone; one record per answer:
-    query, response (text and token ids without special tokens), length, task reward, KL."""
+    """Play ``prompts`` (in order) with ``learner`` as the pioneer alone (in the chat form ``chat``, where given:
+    the form a chat-form run was trained in); one record per answer: query, response (text and token ids
+    without special tokens), length, task reward, KL."""
     learner.sampling_generator.manual_seed(seed)
     special = set(tokenizer.all_special_ids)
     records: list[dict[str, Any]] = []
@@ -206,6 +210,7 @@ def sample_answers(
             context_length=context_length,
             pioneer_template=pioneer_template,
             with_observer=False,
+            chat=chat,
         )
         game.reset(seed=seed)
         for agent in game.agent_iter():
@@ -350,6 +355,7 @@ def evaluate(config: EvalConfig, *, progress: bool = True, write: bool = True) -
         pioneer_template=pioneer_template,
         batch_size=config.batch_size,
         seed=config.seed,
+        chat=solo_chat_form(run),  # a run trained in chat form is evaluated in it
     )
     result = {
         "policy": policy,

@@ -45,3 +45,10 @@ def task_chat_form(config: Any, task: Task) -> ChatForm | None:
     if not in_chat_form(config):
         return None
     return dataclasses.replace(task.chat, carry=False) if config.no_carried_context else task.chat
+
+
+def solo_chat_form(config: Any) -> ChatForm | None:
+    """The chat form of ``config``'s task where the run plays its task in chat form (a model evaluated by itself,
+    cory-eval, plays its first position: :class:`~cory_env.chat_prompts.ChatPrompts` takes a chain of one from
+    it); ``None`` for the raw form."""
+    return get_task(config.task).chat if in_chat_form(config) else None

@@ -252,3 +252,10 @@ def test_a_team_of_different_models_renders_each_view_with_its_own_template_wher
         assert game.speaker("observer").stop_token_ids[0] == second.convert_tokens_to_ids(
             "<|eot_id|>" if second is llama else "<|im_end|>"
         )
+
+
+def test_a_chain_shorter_or_longer_than_the_form_plays_its_positions():
+    alone = ChatPrompts(["pioneer"], FORM)  # PPO: the pioneer alone takes the first system message
+    assert alone.systems == ["Answer the question."] and alone.names == ["pioneer"]
+    three = ChatPrompts(["pioneer", "observer_1", "observer_2"], ChatForm(system=["A", "B"], names=["p", "o"]))
+    assert three.systems == ["A", "B", "B"] and three.names == ["p", "o", "observer_2"]

@@ -391,3 +391,20 @@ def test_cli_explains_a_missing_policy(capsys, monkeypatch):
     assert capsys.readouterr().err.startswith("evaluate.py: error: give exactly one of --checkpoint")
     with pytest.raises(ValueError, match="exactly one of --checkpoint"):  # a caller's main(argv) raises
         cli["main"](["--num-prompts", "3"])
+
+
+def test_a_policy_trained_in_chat_form_is_evaluated_in_it(tmp_path, monkeypatch):
+    from cory_agents.evaluation import held_out
+    from cory_env.tasks import get_task
+
+    config = TrainConfig(
+        model="tiny", chat=True, algo="ppo", iterations=1, batch_size=4, mini_batch_size=4, ppo_epochs=1,
+        min_new_tokens=3, max_new_tokens=3, out=str(tmp_path), report_to="none", reward=REWARD,
+        prompt_source="rotten_tomatoes", save_model=False,
+    )  # fmt: skip
+    Trainer(config).train(progress=False)
+    made, real = [], held_out.env  # the real environment, its settings recorded
+    monkeypatch.setattr(held_out, "env", lambda **kw: made.append(kw) or real(**kw))
+    result = evaluate(small(checkpoint=str(tmp_path)), progress=False)
+    assert made and all(kw["chat"] is get_task("sentiment").chat for kw in made)  # the pioneer's part of it
+    assert math.isfinite(result["learners"]["pioneer"]["task_reward_mean"])
