@@ -11,7 +11,7 @@ from typing import Any
 
 from transformers import AutoTokenizer
 
-from cory_env.models import embedded_model_path
+from cory_env.models import resolve_model
 from tests.support import ROOT
 
 TEMPLATES = ROOT / "tests" / "data" / "chat_templates"
@@ -47,7 +47,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
 def family_tokenizer(family: str) -> Any:
     """A fresh small tokenizer with ``family``'s chat template and special tokens."""
     spec = FAMILIES[family]
-    tokenizer = AutoTokenizer.from_pretrained(embedded_model_path())
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model())  # the embedded model, made on first use
     if spec["special"]:
         tokenizer.add_special_tokens({"additional_special_tokens": spec["special"]})
     tokenizer.bos_token = spec["bos"]
