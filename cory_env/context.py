@@ -49,20 +49,31 @@ class Turn:
         cls, ids: Sequence[Sequence[int]], texts: list[str], context_length: int, max_new_tokens: int, pad_token_id: int
     ) -> Turn:
         """Lay out tokenized prompts, one per conversation, right-aligned, with room for the response."""
-        B, L = len(ids), context_length
-        turn = cls(
-            tokens=np.full((B, L + max_new_tokens), pad_token_id, dtype=np.int64),
-            mask=np.zeros((B, L + max_new_tokens), dtype=np.int64),
+        turn = cls._empty(len(ids), texts, max(len(row) for row in ids), context_length, max_new_tokens, pad_token_id)
+        turn._right_align(ids)
+        return turn
+
+    @classmethod
+    def _empty(cls, B: int, texts: list[str], width: int, L: int, T: int, pad_token_id: int, cached: int = 0) -> Turn:
+        """A turn of ``B`` conversations whose prompts (``width`` columns) are still to be written."""
+        return cls(
+            tokens=np.full((B, L + T), pad_token_id, dtype=np.int64),
+            mask=np.zeros((B, L + T), dtype=np.int64),
             prompt_texts=texts,
-            prompt_width=max(len(row) for row in ids),
+            prompt_width=width,
             over=np.zeros(B, dtype=bool),
             response_length=np.zeros(B, dtype=np.int64),
             context_length=L,
+            cached=cached,
         )
+
+    def _right_align(self, ids: Sequence[Sequence[int]]) -> None:
+        """Write each conversation's ``ids`` so that they end at the prompt's last column."""
+        L = self.context_length
         for b, row in enumerate(ids):
-            turn.tokens[b, L - len(row) : L] = row
-            turn.mask[b, L - len(row) : L] = 1
-        return turn
+            if len(row):
+                self.tokens[b, L - len(row) : L] = row
+                self.mask[b, L - len(row) : L] = 1
 
     @classmethod
     def carry(
@@ -88,22 +99,10 @@ class Turn:
         W, L = ids.shape[1] + D, previous.context_length
         if W > L - max_new_tokens:
             return None
-        B = len(new_ids)
-        turn = cls(
-            tokens=np.full((B, L + max_new_tokens), pad_token_id, dtype=np.int64),
-            mask=np.zeros((B, L + max_new_tokens), dtype=np.int64),
-            prompt_texts=texts,
-            prompt_width=W,
-            over=np.zeros(B, dtype=bool),
-            response_length=np.zeros(B, dtype=np.int64),
-            context_length=L,
-            cached=ids.shape[1] - 1,  # the previous turn's last token was drawn, never fed
-        )
+        # The cache holds every earlier column but the last: the previous turn's last token was drawn, never fed.
+        turn = cls._empty(len(new_ids), texts, W, L, max_new_tokens, pad_token_id, cached=ids.shape[1] - 1)
         turn.tokens[:, L - W : L - D], turn.mask[:, L - W : L - D] = ids, mask
-        for b, row in enumerate(new_ids):
-            if row:
-                turn.tokens[b, L - len(row) : L] = row
-                turn.mask[b, L - len(row) : L] = 1
+        turn._right_align(new_ids)
         return turn
 
     def window(self) -> tuple[np.ndarray, np.ndarray]:
