@@ -43,8 +43,9 @@ A run makes its models padding-free when it builds them (``cory_agents.training.
 then packs every call that asks for some columns' outputs of a padded batch
 (``logits_to_keep`` a tensor of columns; the scoring and training passes of
 :func:`~cory_agents.learners.lm.response_inputs`, and the prefill of a turn's prompts by
-:class:`~cory_agents.acting.actor.LMActor`) where the masks allow (each context's real tokens in one
-run, at least one before the response), and returns what the padded call would: logits and
+:class:`~cory_agents.acting.actor.LMActor`) where the masks allow (at least one real token before the
+response; masked columns inside a context, a carried context's between its turns, are left out
+as padding is), and returns what the padded call would: logits and
 values ``(B, K, ...)``, and a KV cache laid out as a padded prefill leaves it
 (:meth:`PackedBatch.left_pad`), so the token steps run as before. The actor and the learners
 call a model one plain way, and never import this module. Other attention implementations
@@ -127,18 +128,21 @@ class PackedBatch:
         """Pack ``(B, W)`` contexts, keeping the outputs of the columns ``keep`` (increasing; for the
         response, :func:`~cory_agents.learners.lm.predicting_columns`). ``None`` if nothing is padded and
         no context shares tokens with an earlier one (the padded pass is the same), if some
-        context is empty, if its real tokens are not one run, or if they start after ``keep[0]``
-        (the padded pass handles those)."""
+        context is empty, or if its real tokens start after ``keep[0]`` (the padded pass handles those).
+        A context's real tokens need not be one run: masked columns inside it (a carried context's, between
+        its turns) are left out like padding, the positions counting real tokens only, as
+        :func:`~cory_agents.acting.actor.generate_positions` counts them."""
         B, W = input_ids.shape
         device = input_ids.device
         real = attention_mask.bool()
         lengths = real.sum(-1)
         starts = real.int().argmax(-1)  # first real column
-        columns = torch.arange(W, device=device)
-        run = (columns >= starts[:, None]) & (columns < (starts + lengths)[:, None])
-        if not torch.equal(run, real) or bool((starts > keep[0]).any() | (lengths == 0).any()):
+        if bool((starts > keep[0]).any() | (lengths == 0).any()):
             return None
-        owner = _first_with_prefix(input_ids, starts, lengths)
+        # Each context's real tokens in order, wherever they are: a carried context has masked columns
+        # between its turns (cory_env.context.Turn.carry), and its positions count real tokens only.
+        columns = torch.sort((~real).int(), dim=-1, stable=True).indices  # (B, W): real columns first
+        owner = _first_with_prefix(input_ids.gather(1, columns), lengths)
         layout = torch.arange(owner.shape[1], device=device)
         contexts = torch.arange(B, device=device)
         shared = ((owner < contexts[:, None]) & (layout < lengths[:, None])).sum(-1)  # a prefix of each context
@@ -150,11 +154,9 @@ class PackedBatch:
         positions = shared[rows] + torch.arange(rows.numel(), device=device) - offsets[rows]  # in the context
         width = owner.shape[1]
         source = torch.where(layout < lengths[:, None], offsets[owner] + layout - shared[owner], 0)
-        at = (
-            torch.minimum(keep[None], (starts + lengths - 1)[:, None]) - starts[:, None]
-        )  # position of each kept column
+        at = (real.cumsum(-1)[:, keep] - 1).clamp(min=0)  # each kept column's real token (the last before it)
         return cls(
-            input_ids=input_ids[rows, starts[rows] + positions][None],
+            input_ids=input_ids[rows, columns[rows, positions]][None],
             position_ids=positions[None],
             logits_to_keep=source.gather(1, at).reshape(-1),
             index=rows * width + positions,
@@ -196,9 +198,9 @@ class PackedBatch:
         padded ``(B, H, W, D)`` layout of ``attention_mask``, the layout a padded pass leaves in the
         cache: each context's states in its real columns. Padding columns get a copy of a real
         token's states, which the mask hides."""
-        starts = attention_mask.int().argmax(-1)  # the first real column
-        columns = torch.arange(attention_mask.shape[1], device=x.device)
-        at = (columns - starts[:, None]).clamp(0, self.width - 1)  # each column's place in its context
+        at = (attention_mask.int().cumsum(-1) - 1).clamp(
+            0, self.width - 1
+        )  # each column's real token (or the last before)
         return self._take(x, self.source.view(self.batch_size, self.width).gather(1, at))
 
     @staticmethod
@@ -213,10 +215,11 @@ class PackedBatch:
         return x.reshape(self.batch_size * self.width, *x.shape[2:]).index_select(0, self.index)[None]
 
 
-def _first_with_prefix(input_ids: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """``(B, L)``: for each position ``l`` of each context's real tokens, the first context whose
-    real tokens begin with the same ``l + 1`` tokens (the context itself if none before it does;
-    0 after a context's end), ``L`` being the longest context's length.
+def _first_with_prefix(tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """``(B, L)``: for each position ``l`` of each context's real tokens (``tokens``, each context's real
+    tokens first, then anything), the first context whose real tokens begin with the same ``l + 1``
+    tokens (the context itself if none before it does; 0 after a context's end), ``L`` being the
+    longest context's length.
 
     Contexts are sorted by their tokens (``torch.unique`` over rows sorts them lexicographically,
     on the device), so that those starting alike are neighbours; for each position, a run of
@@ -224,12 +227,12 @@ def _first_with_prefix(input_ids: torch.Tensor, starts: torch.Tensor, lengths: t
     index is the first. Exact (no hashing); the batch's order does not matter, so shuffled
     minibatches still share a GRPO group's prompt.
     """
-    B, W = input_ids.shape
+    B = tokens.shape[0]
     L = int(lengths.max())
-    device = input_ids.device
+    device = tokens.device
     layout = torch.arange(L, device=device)
     valid = layout < lengths[:, None]
-    tokens = input_ids.gather(1, (starts[:, None] + layout).clamp(max=W - 1)).masked_fill(~valid, -1)
+    tokens = tokens[:, :L].masked_fill(~valid, -1)
     _, rank = torch.unique(tokens, dim=0, return_inverse=True)  # rows sorted lexicographically, on the device
     order = torch.sort(rank, stable=True).indices
     ranked = tokens[order]

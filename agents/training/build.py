@@ -38,6 +38,7 @@ from cory_agents.learners.dropout import disable_dropout
 from cory_agents.learners.lm import LMLearner
 from cory_agents.learners.team import IndependentLearners, TeamLearner, TeamRun
 from cory_agents.speed import padding_free
+from cory_agents.speed.attention_kinds import sliding_windows
 from cory_agents.speed.cpu_linear import use_cpu_linear
 from cory_agents.speed.host_memory import retain_freed_memory
 from cory_agents.training.chat_settings import in_chat_form, task_chat_form
@@ -133,7 +134,7 @@ def assemble(
         prompt_fields=task.prompt_fields if not config.task_file else None,
         private_fields=task.private_fields,
         turn_rewards=config.turn_rewards,
-        chat=task_chat_form(config, task),
+        chat=task_chat_form(config, task, [w for model in policies.values() for w in sliding_windows(model)]),
     )
     game.check_prompts()  # a prompt too long for --context-length fails now, not at the episode that draws it
     if config.algo == "cory":

@@ -1,6 +1,11 @@
 """A run's chat form: ``--chat`` plays the task as conversations through each model's chat template
 (:mod:`cory_env.chat_prompts`), ``--no-carried-context`` renders every turn afresh (an ablation).
 
+A carried context keeps the masked columns of its earlier turns (their padding, the answer's stop token), which
+a sliding window would count as tokens where the cache's window layers and a padded pass see columns: a run
+whose models have a sliding window narrower than ``--context-length`` (Gemma 3, Mistral, Phi-3 at long
+contexts) renders every turn afresh instead, with one logged line (:func:`task_chat_form`).
+
 The raw form's string-prompt settings (``--pioneer-template``, ``--observer-template``, ``--templates``,
 ``--no-knowledge-transfer``) mean nothing in chat form, where every agent sees the conversation, and are
 refused with it. A game made for chat models (Taboo) is played in chat form without ``--chat``; a task file whose rows are messages is played in chat form without ``--chat``, as TRL
@@ -10,11 +15,15 @@ applies a chat template to a conversational dataset only.
 from __future__ import annotations
 
 import dataclasses
+import logging
+from collections.abc import Iterable
 from typing import Any
 
 from cory_env.chat_prompts import ChatForm
 from cory_env.errors import UsageError
 from cory_env.tasks import Task, get_task
+
+logger = logging.getLogger(__name__)
 
 
 def check_chat_settings(config: Any) -> None:
@@ -38,12 +47,29 @@ def in_chat_form(config: Any) -> bool:
     return bool(config.chat or get_task(config.task).chat_by_default)
 
 
-def task_chat_form(config: Any, task: Task) -> ChatForm | None:
-    """The chat form the run plays (:func:`in_chat_form`): the task's (``--no-carried-context``: without its carried
-    context); ``None`` otherwise: the raw form, or the chat form where the prompt rows are messages (the
-    environment's choice)."""
+def task_chat_form(config: Any, task: Task, windows: Iterable[int | None] = ()) -> ChatForm | None:
+    """The chat form the run plays (:func:`in_chat_form`): the task's, without its carried context under
+    ``--no-carried-context`` or where one of the models' sliding ``windows`` (their layers',
+    :func:`~cory_agents.speed.attention_kinds.sliding_windows`) is narrower than ``config.context_length``;
+    ``None`` otherwise: the raw form, or the chat form where the prompt rows are messages (the environment's
+    choice).
+
+    >>> from types import SimpleNamespace
+    >>> config = SimpleNamespace(chat=True, task="signal", no_carried_context=False, context_length=256)
+    >>> task_chat_form(config, get_task("signal"), [None, 4096]).carry, task_chat_form(config, get_task("signal"), [128]).carry
+    (True, False)
+    """
     if not in_chat_form(config):
         return None
+    narrow = min((w for w in windows if w is not None), default=None)
+    if task.chat.carry and not config.no_carried_context and narrow is not None and narrow < config.context_length:
+        logger.info(
+            "every turn is rendered afresh: a sliding window of %d tokens, narrower than --context-length %d, would "
+            "count a carried context's masked columns",
+            narrow,
+            config.context_length,
+        )
+        return dataclasses.replace(task.chat, carry=False)
     return dataclasses.replace(task.chat, carry=False) if config.no_carried_context else task.chat
 
 

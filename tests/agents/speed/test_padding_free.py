@@ -160,9 +160,6 @@ def test_contexts_share_with_any_earlier_context_in_a_shuffled_batch():
 
 def test_masks_that_do_not_pack_fall_back_to_the_padded_pass():
     ids, mask = batch()
-    holed = mask.clone()
-    holed[1, 4] = 0  # a hole inside a context
-    assert PackedBatch.pack(ids, holed, predicting_columns(10, T)) is None
     late = mask.clone()
     late[0, :6] = 0  # no real token before the response
     assert PackedBatch.pack(ids, late, predicting_columns(10, T)) is None
@@ -171,11 +168,52 @@ def test_masks_that_do_not_pack_fall_back_to_the_padded_pass():
     empty[1] = 0  # a context without tokens
     assert PackedBatch.pack(ids, empty, predicting_columns(10, T)) is None
     lm = tiny("llama")
-    expected = response_logits(lm, ids, holed, T)
+    expected = response_logits(lm, ids, late, T)
     padding_free.enable(lm)
     calls = packing(lm)
-    torch.testing.assert_close(response_logits(lm, ids, holed, T), expected)
+    torch.testing.assert_close(response_logits(lm, ids, late, T), expected)
     assert calls == [False]  # the model's own forward, padded
+
+
+def holed(ids: torch.Tensor, mask: torch.Tensor, holes: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The contexts with masked columns inserted before the columns ``holes[b]`` of context ``b`` (as many in
+    every context, all before the response), as a carried context has them between its turns."""
+    rows = []
+    for row, (r_ids, r_mask) in enumerate(zip(ids, mask)):
+        kept = r_mask.clone()
+        for at in sorted(holes[row], reverse=True):
+            r_ids = torch.cat([r_ids[:at], torch.tensor([31]), r_ids[at:]])
+            kept = torch.cat([kept[:at], torch.tensor([0]), kept[at:]])
+        rows.append((r_ids, kept))
+    return torch.stack([r for r, _ in rows]), torch.stack([m for _, m in rows])
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2", "mistral", "gemma3"])
+def test_masked_columns_inside_contexts_pack_as_if_they_were_not_there(arch):
+    """A carried context's masked columns between turns: the packed pass equals the padded pass over the same
+    real tokens without them (positions count real tokens; a sliding window counts real tokens too, which a
+    padded pass over the holes would not), gradients included."""
+    ids, mask = batch(shared_head=True)
+    holes = [[4, 5], [1, 3], [0, 2]]  # inside the prompt of each (context 2: one more padding column)
+    with_holes = holed(ids, mask, holes)
+    packed = PackedBatch.pack(*with_holes, predicting_columns(12, T))
+    assert packed is not None and packed.position_ids.shape[1] == int(mask.sum() - packed.shared.sum())
+    valid = mask[:, -T:].bool()
+    results = []
+    for on, (x, m) in ((False, (ids, mask)), (True, with_holes)):
+        torch.manual_seed(2)
+        model = CausalLMWithValueHead(tiny(arch))
+        assert padding_free.enable(model) if on else not padding_free.is_enabled(model)
+        calls = packing(model)
+        logits, values = model(**response_inputs(x, m, T))
+        assert calls == [on]
+        ((logits.logsumexp(-1) * valid).sum() + (values * valid).sum()).backward()
+        results.append((logits[valid], values[valid], {n: p.grad for n, p in model.named_parameters()}))
+    (logits, values, grads), (packed_logits, packed_values, packed_grads) = results
+    torch.testing.assert_close(packed_logits, logits, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(packed_values, values, rtol=1e-5, atol=1e-5)
+    for name, grad in grads.items():
+        torch.testing.assert_close(packed_grads[name], grad, rtol=1e-4, atol=1e-5, msg=name)
 
 
 @pytest.mark.parametrize("shared_head", [False, True, "groups", "shuffled groups"])

@@ -185,3 +185,27 @@ def test_the_real_checkpoints_configs_get_the_windows_they_were_trained_with(fam
 
 def test_the_supported_models_page_is_generated_from_the_matrix():
     assert PAGE.read_text() == render(), "regenerate it: .venv/bin/python -m tests.support.supported_models"
+
+
+@pytest.mark.parametrize("family", ["llama3", "mistral", "gemma3"])
+def test_a_sliding_window_narrower_than_the_context_renders_every_chat_turn_afresh(family, tmp_path):
+    """A carried context keeps masked columns between its turns, which a sliding window would count: a model
+    whose window (8 tokens here) is narrower than --context-length plays the chat form without carrying."""
+    from tests.support.chat_templates import family_tokenizer
+
+    folder = save_tiny(family, tmp_path / "model", family_tokenizer("smollm2"))
+    config = toy_config(
+        folder,
+        tmp_path / "run",
+        task="sentiment",
+        chat=True,
+        rounds=2,
+        context_length=160,
+        batch_size=4,
+        mini_batch_size=4,
+        ppo_epochs=1,
+    )
+    trainer = Trainer(config, prompts=PROMPTS, reward_fn=length_reward)
+    assert trainer.game.unwrapped.chat.carry == (family not in SLIDING)
+    metrics, _ = trainer.run_iteration()
+    assert all(math.isfinite(v) for k, v in metrics.items() if k.endswith("/kl"))
