@@ -102,8 +102,17 @@ def child(spec: dict) -> None:
     with tempfile.TemporaryDirectory() as out:
         config = TrainConfig(**spec["config"], out=out, report_to="none")
         trainer = Trainer(config)
+        learn, updates = trainer.team.learn, []
+
+        def timed_learn(*args, **kwargs):  # the update's share of an iteration; the rest is the rollout
+            start = time.perf_counter()
+            out = learn(*args, **kwargs)
+            updates.append(time.perf_counter() - start)
+            return out
+
+        trainer.team.learn = timed_learn
         trainer.run_iteration()  # warm-up
-        times = []
+        times, updates = [], []
         usage = resource.getrusage(resource.RUSAGE_SELF)
         for _ in range(spec["iterations"]):
             start = time.perf_counter()
@@ -128,6 +137,7 @@ def child(spec: dict) -> None:
             {
                 "seconds": statistics.median(times),
                 "times": times,
+                "update_seconds": statistics.median(updates),
                 "peak_gb": peak_gb,
                 "page_faults": faults,
                 "kernel_s": kernel_s,
@@ -152,7 +162,7 @@ def run(name: str, config: dict, iterations: int, count_flops: bool, script: Pat
     print(
         f"  {name:40s} {result['seconds']:6.2f} s   peak {result['peak_gb']:5.2f} GB   matmul rate "
         f"{result['gemm_flops_per_s'] / 1e9:3.0f} GFLOP/s   {result['page_faults']:,.0f} page faults, "
-        f"{result['kernel_s']:.1f} s in the kernel per iteration",
+        f"{result['kernel_s']:.1f} s in the kernel per iteration, {result['update_seconds']:.1f} s of it the update",
         flush=True,
     )
     return result
@@ -164,6 +174,7 @@ def combine(rounds: list[dict]) -> dict:
         "seconds": statistics.median(r["seconds"] for r in rounds),
         "times": [t for r in rounds for t in r["times"]],
         "round_seconds": [r["seconds"] for r in rounds],
+        "update_seconds": statistics.median(r["update_seconds"] for r in rounds),
         "peak_gb": max(r["peak_gb"] for r in rounds),
         "flops": rounds[0]["flops"],
         "gemm_flops_per_s": statistics.median(r["gemm_flops_per_s"] for r in rounds),
@@ -411,6 +422,14 @@ def main() -> None:
             print(
                 f"{carried}: / afresh {paired(results, carried, afresh)} time; / 1 round {paired(results, carried, one)}"
                 f" (afresh / 1 round {paired(results, afresh, one)}); peak {m[carried] / m[afresh]:.2f}x afresh's"
+            )
+            split = {
+                n: (results[n]["seconds"] - results[n]["update_seconds"], results[n]["update_seconds"])
+                for n in (carried, afresh, one)
+            }
+            print(
+                "    rollout / update s: "
+                + "; ".join(f"{n} {rollout:.1f} / {update:.1f}" for n, (rollout, update) in split.items())
             )
     if not args.no_lora:
         print(f"CORY / PPO time (LoRA shared base):        {paired(results, 'cory+lora', 'ppo+lora')}")
