@@ -18,7 +18,6 @@ figure of the curves (docs/games/<run>.png) and sample dialogues of the last ite
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -26,9 +25,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python studies/games.py` from anywhere
 
+from cory_agents.evaluation.learning import dialogues  # noqa: E402
 from cory_agents.evaluation.report import fmt, write_sections  # noqa: E402
 from cory_agents.evaluation.rl_statistics import binomial_test_against_chance, rate_ci_over_seeds  # noqa: E402
-from cory_agents.training.metrics import SAMPLES_FILE, read_metrics  # noqa: E402
+from cory_agents.training.metrics import read_metrics  # noqa: E402
 from studies.reproduce import Stopped, iterations_done, over_seeds, run_dir, train  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -186,31 +186,6 @@ def plot(kind: str, result: dict, path: Path, chance: float | None) -> None:
     fig.savefig(path, dpi=100)
 
 
-def dialogues(out: Path, shown: int = 4) -> list[str]:
-    """The last iteration's sample dialogues of a run, conversation by conversation: each position's
-    prompt (its end) and answer, in chain order (the samples of conversation ``b`` are the ``b``-th of
-    each learner)."""
-    path = out / SAMPLES_FILE
-    if not path.exists():
-        return []
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    last = max(r["iteration"] for r in records)
-    by_learner: dict[str, list[dict]] = {}
-    for r in records:
-        if r["iteration"] == last:
-            by_learner.setdefault(r["learner"], []).append(r)
-    lines = []
-    for b, turns in enumerate(zip(*by_learner.values())):
-        if b == shown:
-            break
-        turns = sorted(turns, key=lambda r: r["role"] != "pioneer")  # the chain's order: the pioneer first
-        lines.append(f"{b + 1}. reward {turns[0]['reward']:.2f}:")
-        for r in turns:
-            context = json.dumps(r.get("context", r["query"])[-110:], ensure_ascii=False)
-            lines.append(f"    - {r['learner']} ({r['role']}): ...{context} -> {json.dumps(r['response'])}")
-    return lines
-
-
 def report(root: Path, kinds: list[str]) -> str:
     parts = []
     for kind in kinds:
@@ -243,7 +218,7 @@ def report(root: Path, kinds: list[str]) -> str:
         ]
         if result["seeds"]:
             parts += [f"![{kind}](games/{kind}.png)", "", "Sample dialogues (seed 0, last iteration):", ""]
-            parts += dialogues(run_dir(root, kind, SEEDS[0])) + [""]
+            parts += dialogues(run_dir(root, kind, SEEDS[0]), tail=110) + [""]
         if kind == "sentiment-2-rounds" and result["seeds"]:
             parts.append(frontier_point(root))
     return "\n".join(parts)

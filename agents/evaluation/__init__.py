@@ -24,6 +24,9 @@
   its runs exported for marl-eval;
 - :mod:`~cory_agents.evaluation.study`: ``cory-bench --study``, a study declared in a file, run, archived and
   written into its page;
+- :mod:`~cory_agents.evaluation.variants`: a study's variants compared, each arm against itself under the first
+  variant's settings;
+- :mod:`~cory_agents.evaluation.learning`: did each run learn a game, its success at the end against its start;
 - :mod:`~cory_agents.evaluation.sequential`: ``cory-bench --sequential``, seeds added in stages until each
   comparison is decided (alpha spending).
 """

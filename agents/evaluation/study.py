@@ -25,6 +25,10 @@ from its archived runs alone. The file (TOML) declares it::
     task = "signal"
     batch_size = 32
 
+    [variants]                                       # optional: the same arms under other settings
+    raw = {}                                         # the first is the reference
+    chat = { chat = true }
+
 ``cory-bench --study FILE`` trains what is missing (``--resume`` is implied: a stopped study continues),
 then archives the runs (:mod:`~cory_agents.evaluation.archive`) and writes the page's section from the
 archive; ``cory-bench --study FILE --report-only`` writes the page again from the archive, training
@@ -32,12 +36,21 @@ nothing. The section holds the declared design, the decision of each arm against
 sequential looks, or the fixed design's verdict), the scores over seeds with the IQM and its stratified
 bootstrap interval, the probability of improvement over the baseline, a performance profile (PNG) and the
 commits the runs were made with; the archived report.md has the rest.
+
+A study whose design says ``learning = true`` asks of each arm whether it learned (a game's success rate at the
+end of training against its own start, seed by seed: :mod:`~cory_agents.evaluation.learning`) instead.
+
+A study with ``[variants]`` asks how a setting changes each arm (the chat form against the raw form): each
+variant is a benchmark of its own, with the settings it adds, in ``out/<variant>`` and ``archive/<variant>``
+(the same seeds and held-out prompts), written as above under a heading of its own; then each arm's runs in
+every later variant are decided against its runs in the first (:mod:`~cory_agents.evaluation.variants`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -46,6 +59,7 @@ import numpy as np
 
 from cory_agents.evaluation.archive import archive, report_only
 from cory_agents.evaluation.benchmark_report import code_line
+from cory_agents.evaluation.learning import learning_section
 from cory_agents.evaluation.plan import compared_metric, comparison_values
 from cory_agents.evaluation.report import markdown_table, write_sections
 from cory_agents.evaluation.rl_statistics import (
@@ -54,6 +68,7 @@ from cory_agents.evaluation.rl_statistics import (
     stratified_bootstrap_ci,
 )
 from cory_agents.evaluation.sequential import LOOKS
+from cory_agents.evaluation.variants import compare_variants
 from cory_env.errors import UsageError
 
 #: The design's keys and the cory-bench flags they become.
@@ -68,8 +83,12 @@ DESIGN = (
     "stages",
     "budget_hours",
     "jobs",
+    "learning",
 )
+#: The design's keys that are the study's own, not cory-bench flags.
+STUDY_ONLY = ("learning",)
 PROFILE = "performance_profile.png"
+NAME = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def load_study(path: str | Path) -> dict[str, Any]:
@@ -90,6 +109,17 @@ def load_study(path: str | Path) -> dict[str, Any]:
     unknown = sorted(set(study["design"]) - set(DESIGN))
     if unknown:
         raise UsageError(f"--study {path}: [design] has no {', '.join(unknown)}: choose among {', '.join(DESIGN)}")
+    variants = study.get("variants", {})
+    if not isinstance(variants, dict) or not all(isinstance(v, dict) for v in variants.values()):
+        raise UsageError(f"--study {path}: [variants] holds a table of settings per variant (chat = {{ chat = true }})")
+    if bad := [name for name in variants if not NAME.fullmatch(name)]:
+        raise UsageError(
+            f"--study {path}: the variant name {bad[0]!r} is not a folder name: use letters, digits, - and _"
+        )
+    if len(variants) == 1:
+        raise UsageError(
+            f"--study {path}: [variants] has one variant, and a variant is compared with the first: give two or more"
+        )
     root = path.resolve().parent
     while not (root / ".git").exists() and root.parent != root:  # paths of the repository holding the study
         root = root.parent
@@ -98,17 +128,22 @@ def load_study(path: str | Path) -> dict[str, Any]:
     return study
 
 
-def study_argv(study: dict[str, Any]) -> list[str]:
-    """The cory-bench command line of ``study``'s runs."""
+def variant_names(study: dict[str, Any]) -> list[str]:
+    """The study's variants, the reference first; ``[""]`` for a study of one benchmark."""
+    return list(study.get("variants", {})) or [""]
+
+
+def study_argv(study: dict[str, Any], variant: str = "") -> list[str]:
+    """The cory-bench command line of ``study``'s runs (of its ``variant``: its settings added, in ``out/variant``)."""
     argv: list[str] = []
-    for name, value in study.get("settings", {}).items():
+    for name, value in {**study.get("settings", {}), **study.get("variants", {}).get(variant, {})}.items():
         argv += _flag(name, value)
-    design = dict(study["design"])
+    design = {k: v for k, v in study["design"].items() if k not in STUDY_ONLY}
     if design.pop("metric", None):
         argv += ["--plan-metric", study["design"]["metric"]]
     for name, value in design.items():
         argv += _flag(name, value)
-    return [*argv, "--out", str(Path(study["study"]["out"]).expanduser())]
+    return [*argv, "--out", str(Path(study["study"]["out"]).expanduser() / variant)]
 
 
 def _flag(name: str, value: Any) -> list[str]:
@@ -133,36 +168,59 @@ def run_study(path: str | Path, report_only_: bool = False) -> Path:
     study = load_study(path)
     if report_only_:
         return finish(study, train_first=False)
-    argv = study_argv(study)
-    out = Path(study["study"]["out"]).expanduser()
-    train, bench = parse_args([*argv, *(["--resume"] if (out / "benchmark.json").is_file() else [])])
-    if bench.sequential:
-        run_sequential(train, bench, run_benchmark)
-    else:
-        run_benchmark(train, bench)
+    for variant in variant_names(study):
+        out = Path(study["study"]["out"]).expanduser() / variant
+        train, bench = parse_args(
+            [*study_argv(study, variant), *(["--resume"] if (out / "benchmark.json").is_file() else [])]
+        )
+        if bench.sequential:
+            run_sequential(train, bench, run_benchmark)
+        else:
+            run_benchmark(train, bench)
     return finish(study, train_first=True)
 
 
 def finish(study: dict[str, Any], train_first: bool) -> Path:
     """Archive the study's runs (``train_first``: they were just trained) and write its page section; returns
     the page."""
-    dest = archive_folder(study)
-    if train_first:
-        out = Path(study["study"]["out"]).expanduser()
-        archive(out, dest)
-    else:
-        report_only(dest)
+    folders = {variant: archive_folder(study) / variant for variant in variant_names(study)}
+    for variant, dest in folders.items():
+        if train_first:
+            archive(Path(study["study"]["out"]).expanduser() / variant, dest)
+        else:
+            report_only(dest)
     page = Path(study["root"]) / study["study"]["page"]
     name = study["study"]["name"]
     markers = (f"<!-- study {name}: written by cory-bench --study -->", f"<!-- /study {name} -->")
-    write_sections(page, {markers: section(study, dest, page)})
+    if list(folders) == [""]:
+        body = section(study, folders[""], page)
+    else:
+        parts = [f"#### {variant}\n\n{section(study, dest, page, variant)}" for variant, dest in folders.items()]
+        body = "\n\n".join([compare_variants(study, folders, page), *parts])
+    write_sections(page, {markers: body})
     return page
 
 
-def section(study: dict[str, Any], folder: Path, page: Path) -> str:
-    """The page's section of the study, from its archive in ``folder``."""
+def section(study: dict[str, Any], folder: Path, page: Path, variant: str = "") -> str:
+    """The page's section of the study (of its ``variant``), from its archive in ``folder``."""
     report = json.loads((folder / "report.json").read_text())
     design = study["design"]
+    added = study.get("variants", {}).get(variant, {})
+    declared = (
+        f"Declared before the runs (`{Path(study['study']['file']).resolve().relative_to(study['root']).as_posix()}`): "
+        + ", ".join(f"{k} {design[k]}" for k in DESIGN if k in design and k != "algos")
+        + f"; settings: {', '.join(f'{k} {v}' for k, v in study.get('settings', {}).items())}"
+        + (f"; the variant {variant} adds {', '.join(f'{k} {v}' for k, v in added.items())}" if added else "")
+        + "."
+    )
+    archived = [
+        code_line(report),
+        f"The runs, cory-bench's report of them (`report.md`) and the looks are archived in "
+        f"`{folder.relative_to(study['root']).as_posix()}/`; `cory-bench --study FILE --report-only` rewrites this "
+        "section from them.",
+    ]
+    if design.get("learning"):  # did each arm learn, against its own start
+        return "\n".join([declared, "", learning_section(study, folder, page), "", *archived])
     part, metric = compared_metric(report, design.get("metric", ""))
     baseline = report["baseline"]
     scores = {a: comparison_values(report, a, part, metric) for a in report["algos"]}
@@ -186,9 +244,7 @@ def section(study: dict[str, Any], folder: Path, page: Path) -> str:
     )
     relative = Path(os.path.relpath(folder, page.parent))
     lines = [
-        f"Declared before the runs (`{Path(study['study']['file']).resolve().relative_to(study['root']).as_posix()}`): "
-        + ", ".join(f"{k} {design[k]}" for k in DESIGN if k in design and k != "algos")
-        + f"; settings: {', '.join(f'{k} {v}' for k, v in study.get('settings', {}).items())}.",
+        declared,
         "",
         *_decisions(folder, report),
         "",
@@ -205,10 +261,7 @@ def section(study: dict[str, Any], folder: Path, page: Path) -> str:
         "",
         f"![performance profile]({(relative / PROFILE).as_posix()})",
         "",
-        code_line(report),
-        f"The runs, cory-bench's report of them (`report.md`) and the looks are archived in "
-        f"`{folder.relative_to(study['root']).as_posix()}/`; `cory-bench --study FILE --report-only` rewrites this "
-        "section from them.",
+        *archived,
     ]
     return "\n".join(lines)
 
@@ -235,6 +288,8 @@ def _decisions(folder: Path, report: dict[str, Any]) -> list[str]:
         verdicts = [f"- **{a}** against {report['baseline']}: {w}" for a, w in record.get("verdicts", {}).items()]
         return [head, "", table, "", *verdicts]
     decisions = report.get("decisions")
+    if len(report["algos"]) == 1:
+        return ["One arm: nothing to decide against a baseline here."]
     if not decisions:
         return ["No margin was declared: no decision."]
     return [f"- **{p['algo']}** against {p['against']}: {p['verdict']}" for p in decisions["pairs"]]

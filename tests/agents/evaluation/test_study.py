@@ -7,8 +7,11 @@ import json
 import shutil
 
 import numpy as np
+import pandas as pd
 import pytest
 
+from cory_agents.evaluation.decisions import verdict
+from cory_agents.evaluation.learning import learned_in
 from cory_agents.evaluation.reward_benchmark import main
 from cory_agents.evaluation.rl_statistics import stratified_bootstrap_ci
 from cory_agents.evaluation.study import PROFILE, study_argv
@@ -101,21 +104,118 @@ def test_a_sequential_study_puts_its_looks_on_the_page(tmp_path, toy_model):
     assert f"- **cory:happo** against cory: {record['verdicts']['cory:happo']}" in body
 
 
+HEAD = '[study]\nname="x"\nout="o"\narchive="a"\npage="p.md"\n[design]\nalgos=["cory"]\n'
+
+
 def test_bad_study_files_are_refused(tmp_path):
     cases = {
         "missing.toml": None,
         "broken.toml": "[study\n",
         "bare.toml": '[study]\nname = "x"\n',
         "unknown.toml": '[study]\nname="x"\nout="o"\narchive="a"\npage="p.md"\n[design]\nalgos=["cory"]\nwindow=5\n',
+        "one-variant.toml": f"{HEAD}[variants]\nchat = {{ chat = true }}\n",
+        "bad-variant.toml": f'{HEAD}[variants]\n"a b" = {{}}\nc = {{}}\n',
+        "flat-variant.toml": f"{HEAD}[variants]\nchat = true\nraw = 1\n",
     }
     messages = {
         "missing.toml": "cannot be read",
         "broken.toml": "cannot be read",
         "bare.toml": "lacks study.out",
         "unknown.toml": r"\[design\] has no window",
+        "one-variant.toml": "has one variant.*give two or more",
+        "bad-variant.toml": "'a b' is not a folder name",
+        "flat-variant.toml": "a table of settings per variant",
     }
     for name, text in cases.items():
         if text is not None:
             (tmp_path / name).write_text(text)
         with pytest.raises(UsageError, match=messages[name]):
             main(["--study", str(tmp_path / name)])
+
+
+def test_a_study_of_variants_compares_each_arm_with_the_first_variant(tmp_path, toy_model):
+    study, page = write_study(tmp_path, toy_model, "seeds = 2")
+    text = study.read_text().replace('algos = ["cory", "cory:happo"]', 'algos = ["cory"]')
+    study.write_text(text + "\n[variants]\nslow = {}\nfast = { lr = 1e-1, kl_coef = 0.0 }\n")
+    main(["--study", str(study)])
+    archive = tmp_path / "docs" / "toy-study"
+    reports = {v: json.loads((archive / v / "report.json").read_text()) for v in ("slow", "fast")}
+    assert reports["fast"]["settings"]["train"]["lr"] == 1e-1 and reports["slow"]["settings"]["train"]["lr"] == 3e-2
+    assert (archive / "variants.png").read_bytes()[:4] == b"\x89PNG"
+    body = page.read_text().split(START)[1].split(END)[0]
+    assert "#### slow" in body and "#### fast" in body and "the variant fast adds lr 0.1, kl_coef 0.0." in body
+    assert "One arm: nothing to decide" in body
+    ends = {
+        v: np.array(
+            next(r for r in reports[v]["summary"] if r["learner"] == "mean")["eval"]["task_reward_mean"]["values"]
+        )
+        for v in reports
+    }
+    row = next(line for line in body.splitlines() if line.startswith("| cory | fast "))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2] == "2" and cells[4] == f"{ends['fast'].mean():.3f} +- {ends['fast'].std():.3f}"
+    assert cells[6].startswith(str(verdict(ends["fast"], ends["slow"], 0.2))), cells[6]
+    reference = next(line for line in body.splitlines() if line.startswith("| cory | slow "))
+    assert reference.strip("|").split("|")[-1].strip() == "reference"
+    page.write_text(f"# A page\n\nBefore.\n\n{START}\nstale\n{END}\n\nAfter.\n")
+    main(["--study", str(study), "--report-only"])
+    assert page.read_text().split(START)[1].split(END)[0] == body
+
+
+def test_a_learning_study_tests_each_seeds_end_against_its_start(tmp_path, toy_model):
+    """``learning = true`` on a team game: each seed's last window against its first (Fisher exact, one-sided),
+    from the archived metrics; the curves drawn, the dialogues shown."""
+    from scipy import stats
+
+    (tmp_path / "docs").mkdir()
+    page = tmp_path / "docs" / "page.md"
+    page.write_text(f"{START}\n{END}\n")
+    study = tmp_path / "toy.toml"
+    study.write_text(
+        f"""
+[study]
+name = "toy"
+out = "{tmp_path / "runs"}"
+archive = "docs/toy-study"
+page = "docs/page.md"
+
+[design]
+algos = ["cory"]
+seeds = 2
+final_window = 2
+learning = true
+
+[settings]
+model = "{toy_model}"
+task = "signal"
+reward = "signal"
+prompt_source = "auto"
+context_length = 96
+batch_size = 4
+mini_batch_size = 2
+ppo_epochs = 1
+iterations = 4
+report_to = "none"
+progress = false
+"""
+    )
+    main(["--study", str(study)])
+    archive = tmp_path / "docs" / "toy-study"
+    assert (archive / "learning.png").read_bytes()[:4] == b"\x89PNG"
+    body = page.read_text().split(START)[1].split(END)[0]
+    for seed in (0, 1):
+        df = pd.read_csv(archive / "cory" / f"seed{seed}" / "metrics.csv")
+        success = (df["llm_0/task_reward_mean"] + df["llm_1/task_reward_mean"]).to_numpy() * 4
+        start, end = int(round(success[:2].sum())), int(round(success[-2:].sum()))
+        p = stats.fisher_exact([[end, 8 - end], [start, 8 - start]], alternative="greater")[1]
+        row = next(line for line in body.splitlines() if line.startswith(f"| cory | {seed} "))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[2:] == [
+            f"{start / 8:.3f} ({start}/8)",
+            f"{end / 8:.3f} ({end}/8)",
+            f"{p:.2g}",
+            "yes" if p < 0.05 else "no",
+        ]
+    assert "- **cory** learned in " in body and "of 2 seeds" in body and "1. reward " in body
+    with pytest.raises(ValueError, match="is not a count"):
+        learned_in(np.array([0.1, 0.2, 0.3, 0.4]), games=4, window=2)
