@@ -104,6 +104,7 @@ class ChatPrompts:
         if not isinstance(form, ChatForm):
             raise TypeError(f"chat must be True, False, None or a ChatForm, got {form!r:.80}")
         self.roles, self.rounds, self.form = list(roles), rounds, form
+        self._fitting: dict[tuple[int, int, int, int], set[str]] = {}  # the views checked, per turn and tokenizer
         N = len(self.roles)
         self.private_fields = check_private_fields(private_fields, roles)
         self.prompt_fields = row_fields(prompt_source, prompt_fields, self.private_fields) if prompt_source else ()
@@ -293,9 +294,13 @@ class ChatPrompts:
         for turn in range(1, N * self.rounds):
             k, r = turn % N, turn // N
             texts = self.texts(k, r, prompts, blank=turn, tokenizer=tokenizers[k])
-            tokenize_fitting(
-                tokenizers[k], texts, self.name(k, r), context_length, T, T * turn, add_special_tokens=False
-            )
+            # Prompts drawn again (a source samples with replacement) were checked before: tokenize the others.
+            checked = self._fitting.setdefault((turn, id(tokenizers[k]), context_length, T), set())
+            if new := [t for t in dict.fromkeys(texts) if t not in checked]:
+                tokenize_fitting(
+                    tokenizers[k], new, self.name(k, r), context_length, T, T * turn, add_special_tokens=False
+                )
+                checked.update(new)
 
     def check_all(self, prompts: Sequence[Prompt], tokenizers: Sequence[Any], context_length: int, T: int) -> None:
         """Check at once that every prompt fits every turn in the chat template of every one of ``tokenizers``; the
@@ -355,13 +360,15 @@ def game_prompts(
     if chat is None:
         return TurnPrompts(roles, templates, pioneer_template, observer_template, knowledge_transfer, **settings)
     later = settings.pop("later_templates", None)
-    refuse_raw_prompts(templates=templates, later_templates=later, knowledge_transfer=knowledge_transfer)
+    refuse_raw_prompts(templates, later, knowledge_transfer)
     return ChatPrompts(roles, chat, **settings)
 
 
-def refuse_raw_prompts(**given: Any) -> None:
-    """Refuse the raw form's string-template settings in a game played in chat form."""
-    raw = [name for name, value in given.items() if value is not None and value is not True]
+def refuse_raw_prompts(templates: Any, later_templates: Any, knowledge_transfer: bool) -> None:
+    """Refuse the raw form's string-template settings in a game played in chat form: string templates, and
+    ``knowledge_transfer=False`` (in a conversation every agent sees the others' turns)."""
+    given = {"templates": templates is not None, "later_templates": later_templates is not None}
+    raw = [name for name, set_ in {**given, "knowledge_transfer=False": not knowledge_transfer}.items() if set_]
     if raw:
         raise UsageError(
             f"{', '.join(raw)} set the raw form's string prompts, but this game is played in chat form (every agent "

@@ -115,6 +115,8 @@ def test_rows_of_messages_are_played_in_chat_form_as_trl_plays_a_conversational_
         cory_env.raw_env(tokenizer=tokenizer, prompts=rows, reward_fn=zero, chat=False)
     with pytest.raises(UsageError, match="templates set the raw form's string prompts"):
         cory_env.raw_env(tokenizer=tokenizer, prompts=rows, reward_fn=zero, templates=["{query}", "{query}"])
+    with pytest.raises(UsageError, match="knowledge_transfer=False set the raw form's string prompts"):
+        cory_env.raw_env(tokenizer=tokenizer, prompts=rows, reward_fn=zero, knowledge_transfer=False)
 
 
 def test_a_private_field_reaches_only_its_positions_messages():
