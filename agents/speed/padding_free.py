@@ -198,9 +198,8 @@ class PackedBatch:
         padded ``(B, H, W, D)`` layout of ``attention_mask``, the layout a padded pass leaves in the
         cache: each context's states in its real columns. Padding columns get a copy of a real
         token's states, which the mask hides."""
-        at = (attention_mask.int().cumsum(-1) - 1).clamp(
-            0, self.width - 1
-        )  # each column's real token (or the last before)
+        # each column's real token (a masked column: the last real one before it, or the first)
+        at = (attention_mask.int().cumsum(-1) - 1).clamp(0, self.width - 1)
         return self._take(x, self.source.view(self.batch_size, self.width).gather(1, at))
 
     @staticmethod

@@ -62,15 +62,15 @@ def task_chat_form(config: Any, task: Task, windows: Iterable[int | None] = ()) 
     if not in_chat_form(config):
         return None
     narrow = min((w for w in windows if w is not None), default=None)
-    if task.chat.carry and not config.no_carried_context and narrow is not None and narrow < config.context_length:
+    windowed = narrow is not None and narrow < config.context_length
+    if windowed and task.chat.carry and not config.no_carried_context:
         logger.info(
             "every turn is rendered afresh: a sliding window of %d tokens, narrower than --context-length %d, would "
             "count a carried context's masked columns",
             narrow,
             config.context_length,
         )
-        return dataclasses.replace(task.chat, carry=False)
-    return dataclasses.replace(task.chat, carry=False) if config.no_carried_context else task.chat
+    return dataclasses.replace(task.chat, carry=False) if windowed or config.no_carried_context else task.chat
 
 
 def solo_chat_form(config: Any) -> ChatForm | None:
