@@ -204,7 +204,7 @@ class GRPOLearner(LMLearner):
         ids, attn = ep.input_ids.to(self.device), ep.attention_mask.to(self.device)
 
         def minibatches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-            for idx in self._minibatch_indices(B, c.ppo_epochs):
+            for idx in self._minibatch_indices(B, c.ppo_epochs, ep.turns):
                 with self._autocast():
                     logits = response_logits(self.model, ids[idx], attn[idx], T)
                 yield idx, logits.float()

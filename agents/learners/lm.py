@@ -274,14 +274,36 @@ class LMLearner:
         return (selective_log_softmax(logits, ids[:, -T:]) * mask[:, -T:]).sum(-1)
 
     # ------------------------------------------------------------------ updates
-    def _minibatch_indices(self, batch_size: int, epochs: int) -> Iterator[torch.Tensor]:
-        """``epochs`` passes over a batch, each in a new order drawn from this learner's generator:
-        the indices of each minibatch of ``mini_batch_size`` conversations."""
+    def _minibatch_indices(self, batch_size: int, epochs: int, turns: int = 1) -> Iterator[torch.Tensor]:
+        """``epochs`` passes over a batch of ``batch_size`` rows, each in a new order
+        (:meth:`_epoch_order`): the indices of each minibatch of ``mini_batch_size`` rows."""
         size = self.config.mini_batch(batch_size)
         for _ in range(epochs):
-            order = torch.randperm(batch_size, generator=self.generator)
+            order = self._epoch_order(batch_size, turns)
             for start in range(0, batch_size, size):
                 yield order[start : start + size].to(self.device)
+
+    def _epoch_order(self, batch_size: int, turns: int = 1) -> torch.Tensor:
+        """One epoch's order of a batch's rows, drawn from this learner's generator.
+
+        Over several ``turns`` (rows turn-major: row ``r * B + b`` is conversation ``b``'s turn ``r``) the
+        conversations are shuffled and each keeps its turns together, so a minibatch of a multiple of
+        ``turns`` rows holds whole conversations: a carried context's earlier turns are a prefix of its later
+        ones, and a padding-free pass (:mod:`cory_agents.speed.padding_free`) runs those tokens once for all
+        of them. (A minibatch size that ``turns`` does not divide shuffles the rows one by one.)
+
+        >>> from types import SimpleNamespace
+        >>> learner = SimpleNamespace(config=LMLearnerConfig(mini_batch_size=4), generator=torch.Generator().manual_seed(0))
+        >>> order = LMLearner._epoch_order(learner, 8, turns=2)  # 4 conversations of 2 turns
+        >>> pairs = order.view(4, 2)  # each conversation's turns side by side: b, then 4 + b
+        >>> bool((pairs[:, 1] == pairs[:, 0] + 4).all()), sorted(pairs[:, 0].tolist())
+        (True, [0, 1, 2, 3])
+        """
+        if turns == 1 or self.config.mini_batch(batch_size) % turns:
+            return torch.randperm(batch_size, generator=self.generator)
+        conversations = batch_size // turns
+        order = torch.randperm(conversations, generator=self.generator)
+        return (order[:, None] + conversations * torch.arange(turns)).reshape(-1)
 
     def _update(
         self, minibatches: Iterable[tuple[Any, ...]], loss: Callable[..., tuple[torch.Tensor, dict[str, float]]]

@@ -95,19 +95,28 @@ class UpdatePasses:
     gradients. :mod:`cory_agents.speed.scoring_reuse` schedules the same passes with one fewer."""
 
     def score(
-        self, learner: PPOLearner, ids: torch.Tensor, attn: torch.Tensor, T: int
+        self, learner: PPOLearner, ids: torch.Tensor, attn: torch.Tensor, T: int, turns: int = 1
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The acting policy's logits and values of the batch, detached, in the batch's order."""
+        """The acting policy's logits and values of the batch (of ``turns`` turns per conversation), detached,
+        in the batch's order."""
         learner.model.eval()
         with torch.no_grad():
             return learner._forward(ids, attn, T)
 
     def minibatches(
-        self, learner: PPOLearner, ids: torch.Tensor, attn: torch.Tensor, T: int, epochs: int | None = None
+        self,
+        learner: PPOLearner,
+        ids: torch.Tensor,
+        attn: torch.Tensor,
+        T: int,
+        epochs: int | None = None,
+        turns: int = 1,
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         """``(indices, logits, values)`` of each minibatch, with gradients: ``epochs`` (default
-        ``ppo_epochs``) passes over the batch, each in a new shuffled order."""
-        for idx in learner._minibatch_indices(ids.shape[0], learner.config.ppo_epochs if epochs is None else epochs):
+        ``ppo_epochs``) passes over the batch, each in a new shuffled order (a conversation's ``turns``
+        together: ``LMLearner._epoch_order``)."""
+        epochs = learner.config.ppo_epochs if epochs is None else epochs
+        for idx in learner._minibatch_indices(ids.shape[0], epochs, turns):
             yield (idx, *learner._forward(ids[idx], attn[idx], T))
 
 
@@ -228,7 +237,7 @@ class PPOLearner(LMLearner):
 
         # 1. Score: the acting policy's log-probs and values, the frozen reference's log-probs, per-token KL.
         ref_logits = self._reference_logits(ids, attn, T)
-        old_logits, old_values = self.passes.score(self, ids, attn, T)
+        old_logits, old_values = self.passes.score(self, ids, attn, T, ep.turns)
         s = self._score(old_logits, old_values, ref_logits, response, mask)
         del old_logits, ref_logits
 
@@ -278,7 +287,7 @@ class PPOLearner(LMLearner):
                 }
             return pg_loss + c.vf_coef * vf_loss, stats
 
-        stats = self._update(self.passes.minibatches(self, ids, attn, T), minibatch_loss)
+        stats = self._update(self.passes.minibatches(self, ids, attn, T, turns=ep.turns), minibatch_loss)
 
         # 5. The KL controller adapts to the KL just measured; the statistics, over all processes.
         if returns is not None and own_critic:

@@ -38,20 +38,26 @@ class ScoringReusePasses(UpdatePasses):
         self._first: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     def score(
-        self, learner: PPOLearner, ids: torch.Tensor, attn: torch.Tensor, T: int
+        self, learner: PPOLearner, ids: torch.Tensor, attn: torch.Tensor, T: int, turns: int = 1
     ) -> tuple[torch.Tensor, torch.Tensor]:
         self._first = None
         if learner.config.mini_batch(ids.shape[0]) != ids.shape[0] or has_dropout(learner.model):
-            return super().score(learner, ids, attn, T)
+            return super().score(learner, ids, attn, T, turns)
         learner.model.train()
-        order = torch.randperm(ids.shape[0], generator=learner.generator).to(learner.device)  # epoch 0's order
+        order = learner._epoch_order(ids.shape[0], turns).to(learner.device)  # epoch 0's order
         logits, values = learner._forward(ids[order], attn[order], T)
         self._first = (order, logits, values)  # trained on by the first minibatch
         inverse = torch.argsort(order)
         return logits.detach()[inverse], values.detach()[inverse]
 
     def minibatches(
-        self, learner: PPOLearner, ids: torch.Tensor, attn: torch.Tensor, T: int, epochs: int | None = None
+        self,
+        learner: PPOLearner,
+        ids: torch.Tensor,
+        attn: torch.Tensor,
+        T: int,
+        epochs: int | None = None,
+        turns: int = 1,
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         first, self._first = self._first, None
         epochs = learner.config.ppo_epochs if epochs is None else epochs
@@ -61,7 +67,7 @@ class ScoringReusePasses(UpdatePasses):
             yield first
             del first  # freed once the first minibatch is done with it
             epochs -= 1
-        yield from super().minibatches(learner, ids, attn, T, epochs)
+        yield from super().minibatches(learner, ids, attn, T, epochs, turns)
 
 
 def reuse_scoring_pass(learner: PPOLearner) -> PPOLearner:
