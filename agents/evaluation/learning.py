@@ -137,23 +137,13 @@ def dialogues(folder: Path, shown: int = 4, tail: int = 160) -> list[str]:
 
 
 def _plot(curves: dict[tuple[str, int], np.ndarray], path: Path) -> Path:
-    from matplotlib.figure import Figure
+    from cory_agents.training.plots import arm_panels
 
-    from cory_agents.training.plots import save_figure
+    def draw(ax, algo: str) -> None:
+        runs = {seed: c for (arm, seed), c in curves.items() if arm == algo}
+        for seed, c in runs.items():
+            ax.plot(np.arange(c.size), c, alpha=0.4, label=f"seed {seed}")
+        length = min(c.size for c in runs.values())
+        ax.plot(np.mean([c[:length] for c in runs.values()], axis=0), color="black", linewidth=2, label="mean")
 
-    algos = list(dict.fromkeys(algo for algo, _ in curves))
-    fig = Figure(figsize=(5 * len(algos), 3.6))
-    axes = np.atleast_1d(fig.subplots(1, len(algos), sharey=True))
-    for ax, algo in zip(axes, algos):
-        runs = [c for (arm, _), c in curves.items() if arm == algo]
-        for (arm, seed), c in curves.items():
-            if arm == algo:
-                ax.plot(np.arange(c.size), c, alpha=0.4, label=f"seed {seed}")
-        length = min(c.size for c in runs)
-        ax.plot(np.mean([c[:length] for c in runs], axis=0), color="black", linewidth=2, label="mean")
-        ax.set(title=algo, xlabel="iteration")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    axes[0].set_ylabel("success rate")
-    fig.tight_layout()
-    return save_figure(fig, path)
+    return arm_panels(path, list(dict.fromkeys(algo for algo, _ in curves)), "success rate", draw, legend_size=7)

@@ -89,14 +89,9 @@ def compare_variants(study: dict[str, Any], folders: dict[str, Path], page: Path
 
 
 def _plot(curves: dict[tuple[str, str], list[np.ndarray]], path: Path) -> Path:
-    from matplotlib.figure import Figure
+    from cory_agents.training.plots import arm_panels
 
-    from cory_agents.training.plots import save_figure
-
-    algos = list(dict.fromkeys(algo for algo, _ in curves))
-    fig = Figure(figsize=(5 * len(algos), 3.6))
-    axes = np.atleast_1d(fig.subplots(1, len(algos), sharey=True))
-    for ax, algo in zip(axes, algos):
+    def draw(ax, algo: str) -> None:
         for (arm, variant), runs in curves.items():
             if arm != algo or not runs:
                 continue
@@ -105,9 +100,5 @@ def _plot(curves: dict[tuple[str, str], list[np.ndarray]], path: Path) -> Path:
             mean, std = stack.mean(0), stack.std(0)
             (line,) = ax.plot(np.arange(length), mean, label=f"{variant} ({len(runs)} seeds)")
             ax.fill_between(np.arange(length), mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
-        ax.set(title=algo, xlabel="iteration")
-        ax.grid(alpha=0.3)
-        ax.legend()
-    axes[0].set_ylabel("training task reward")
-    fig.tight_layout()
-    return save_figure(fig, path)
+
+    return arm_panels(path, list(dict.fromkeys(algo for algo, _ in curves)), "training task reward", draw)

@@ -11,6 +11,8 @@
   trade-off as a trajectory, KL on x and task reward on y, one line per method and learner
   (and the mean of a run's learners), each point the mean over seeds at one iteration. The
   paper's claim reads off it: a line further left reaches a reward at a lower KL.
+- ``arm_panels(path, arms, ylabel, draw)``: one panel per arm of a study, drawn by the caller (a study's
+  variants and learning curves: :mod:`cory_agents.evaluation.variants`, :mod:`cory_agents.evaluation.learning`).
 
 Figures are ``matplotlib.figure.Figure`` objects rendered by the Agg canvas: no display and
 no pyplot global state, so plotting works on headless machines and inside training jobs. Each
@@ -21,10 +23,12 @@ as it was, and ends in one line (:class:`~cory_env.write_failures.OutOfSpaceErro
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from cory_agents.training.metrics import read_metrics
@@ -84,6 +88,26 @@ def save_figure(fig: Figure, path: str | Path, dpi: int = 100) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_whole(path, image.getvalue())
     return path
+
+
+def arm_panels(
+    path: str | Path,
+    arms: Sequence[str],
+    ylabel: str,
+    draw: Callable[[Axes, str], None],
+    legend_size: float | None = None,
+) -> Path:
+    """Write a PNG of one panel per study arm side by side (the y axis shared, x the iteration), each drawn by
+    ``draw(axes, arm)``, with its legend; return its path."""
+    fig = Figure(figsize=(5 * len(arms), 3.6))
+    for ax, arm in zip(np.atleast_1d(fig.subplots(1, len(arms), sharey=True)), arms):
+        draw(ax, arm)
+        ax.set(title=arm, xlabel="iteration")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=legend_size)
+    fig.axes[0].set_ylabel(ylabel)
+    fig.tight_layout()
+    return save_figure(fig, path)
 
 
 def plot_comparison(
