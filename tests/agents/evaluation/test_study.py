@@ -12,10 +12,12 @@ import pytest
 
 from cory_agents.evaluation.decisions import verdict
 from cory_agents.evaluation.learning import learned_in
-from cory_agents.evaluation.reward_benchmark import main
+from cory_agents.evaluation.reward_benchmark import main, parse_args
 from cory_agents.evaluation.rl_statistics import stratified_bootstrap_ci
-from cory_agents.evaluation.study import PROFILE, study_argv
+from cory_agents.evaluation.study import PROFILE, load_study, study_argv, variant_names
+from cory_agents.training.registry import register_learner, unregister_learner
 from cory_env.errors import UsageError
+from tests.support import ROOT
 
 START, END = "<!-- study toy: written by cory-bench --study -->", "<!-- /study toy -->"
 
@@ -219,3 +221,27 @@ progress = false
     assert "- **cory** learned in " in body and "of 2 seeds" in body and "1. reward " in body
     with pytest.raises(ValueError, match="is not a count"):
         learned_in(np.array([0.1, 0.2, 0.3, 0.4]), games=4, window=2)
+
+
+@pytest.fixture
+def magrpo(monkeypatch):
+    """The plug-in learner a study names (MAGRPO), registered from examples/plugins as its installed package
+    would declare it."""
+    monkeypatch.syspath_prepend(str(ROOT / "examples" / "plugins" / "magrpo"))
+    from cory_magrpo import MAGRPO
+
+    register_learner("magrpo", MAGRPO.factory, config=MAGRPO.config, supports=MAGRPO.supports)
+    yield
+    unregister_learner("magrpo")
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "studies").glob("*.toml")), ids=lambda p: p.name)
+def test_every_declared_study_reads_its_flags_parse_and_its_page_has_its_markers(path, magrpo):
+    """A study declared in studies/ would otherwise fail only when its runs start."""
+    study = load_study(path)
+    for variant in variant_names(study):
+        train, bench = parse_args(study_argv(study, variant))
+        assert bench.seeds == study["design"].get("seeds", bench.seeds) and train.task == study["settings"]["task"]
+    page = (ROOT / study["study"]["page"]).read_text()
+    name = study["study"]["name"]
+    assert f"<!-- study {name}: written by cory-bench --study -->" in page and f"<!-- /study {name} -->" in page
