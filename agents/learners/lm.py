@@ -275,35 +275,21 @@ class LMLearner:
 
     # ------------------------------------------------------------------ updates
     def _minibatch_indices(self, batch_size: int, epochs: int, turns: int = 1) -> Iterator[torch.Tensor]:
-        """``epochs`` passes over a batch of ``batch_size`` rows, each in a new order
-        (:meth:`_epoch_order`): the indices of each minibatch of ``mini_batch_size`` rows."""
+        """Each minibatch's row indices over ``epochs`` passes, each in a new order (:meth:`_epoch_order`)."""
         size = self.config.mini_batch(batch_size)
         for _ in range(epochs):
-            order = self._epoch_order(batch_size, turns)
-            for start in range(0, batch_size, size):
-                yield order[start : start + size].to(self.device)
+            yield from (idx.to(self.device) for idx in self._epoch_order(batch_size, turns).split(size))
 
     def _epoch_order(self, batch_size: int, turns: int = 1) -> torch.Tensor:
-        """One epoch's order of a batch's rows, drawn from this learner's generator.
-
-        Over several ``turns`` (rows turn-major: row ``r * B + b`` is conversation ``b``'s turn ``r``) the
-        conversations are shuffled and each keeps its turns together, so a minibatch of a multiple of
-        ``turns`` rows holds whole conversations: a carried context's earlier turns are a prefix of its later
-        ones, and a padding-free pass (:mod:`cory_agents.speed.padding_free`) runs those tokens once for all
-        of them. (A minibatch size that ``turns`` does not divide shuffles the rows one by one.)
-
-        >>> from types import SimpleNamespace
-        >>> learner = SimpleNamespace(config=LMLearnerConfig(mini_batch_size=4), generator=torch.Generator().manual_seed(0))
-        >>> order = LMLearner._epoch_order(learner, 8, turns=2)  # 4 conversations of 2 turns
-        >>> pairs = order.view(4, 2)  # each conversation's turns side by side: b, then 4 + b
-        >>> bool((pairs[:, 1] == pairs[:, 0] + 4).all()), sorted(pairs[:, 0].tolist())
-        (True, [0, 1, 2, 3])
-        """
+        """One epoch's order of a batch's rows, from this learner's generator. Over several ``turns`` (rows
+        turn-major: row ``r * B + b`` is conversation ``b``'s turn ``r``) the conversations are shuffled, each
+        keeping its turns together, so a minibatch of a multiple of ``turns`` rows holds whole conversations: a
+        carried context's earlier turn starts its later turns' contexts, and a padding-free pass runs it once
+        for all of them. A minibatch size that ``turns`` does not divide shuffles the rows one by one."""
         if turns == 1 or self.config.mini_batch(batch_size) % turns:
             return torch.randperm(batch_size, generator=self.generator)
-        conversations = batch_size // turns
-        order = torch.randperm(conversations, generator=self.generator)
-        return (order[:, None] + conversations * torch.arange(turns)).reshape(-1)
+        order = torch.randperm(batch_size // turns, generator=self.generator)
+        return (order[:, None] + batch_size // turns * torch.arange(turns)).reshape(-1)
 
     def _update(
         self, minibatches: Iterable[tuple[Any, ...]], loss: Callable[..., tuple[torch.Tensor, dict[str, float]]]
