@@ -55,7 +55,7 @@ def task_chat_form(config: Any, task: Task, windows: Iterable[int | None] = ()) 
     choice).
 
     >>> from types import SimpleNamespace
-    >>> config = SimpleNamespace(chat=True, task="signal", no_carried_context=False, context_length=256)
+    >>> config = SimpleNamespace(chat=True, task="signal", no_carried_context=False, context_length=256, rounds=1)
     >>> task_chat_form(config, get_task("signal"), [None, 4096]).carry, task_chat_form(config, get_task("signal"), [128]).carry
     (True, False)
     """
@@ -70,7 +70,17 @@ def task_chat_form(config: Any, task: Task, windows: Iterable[int | None] = ()) 
             narrow,
             config.context_length,
         )
-    return dataclasses.replace(task.chat, carry=False) if windowed or config.no_carried_context else task.chat
+    carry = task.chat.carry and not (windowed or config.no_carried_context)
+    if carry and config.rounds > 1 and config.mini_batch_size % config.rounds:
+        logger.info(
+            "--mini-batch-size %d is not a multiple of --rounds %d: each epoch shuffles an agent's turns one by one, "
+            "so a pass runs a carried turn again for each of its later turns in other minibatches (a multiple of "
+            "%d keeps each conversation in one minibatch)",
+            config.mini_batch_size,
+            config.rounds,
+            config.rounds,
+        )
+    return task.chat if carry else dataclasses.replace(task.chat, carry=False)
 
 
 def solo_chat_form(config: Any) -> ChatForm | None:

@@ -13,8 +13,11 @@ from cory_agents.learners.base import Episode
 from cory_agents.learners.ppo import PPOConfig, PPOLearner
 from cory_agents.learners.value_model import CausalLMWithValueHead
 from cory_agents.speed import padding_free
+from cory_agents.training.chat_settings import task_chat_form
+from cory_agents.training.config import TrainConfig, resolve
 from cory_env.chat_prompts import ChatForm
 from cory_env.models import hugging_face_model, load_causal_lm, load_tokenizer
+from cory_env.tasks import get_task
 from cory_env.tiny_model import ensure_tiny_model
 
 FORM = ChatForm(system=["Continue the review.", "Improve your partner's review."])
@@ -74,3 +77,15 @@ def test_a_minibatch_runs_a_carried_contexts_earlier_turn_once(carried):
     assert int(later.sum()) <= sum(training[:B]) <= int(later.sum()) + B
     assert scoring <= int(later.sum()) + B < int(real.sum())  # the scoring pass, all rows at once, as well
     assert int(first.min()) > 10  # so the saving is not a few tokens
+
+
+@pytest.mark.parametrize(("rounds", "mini_batch_size", "logged"), [(2, 16, False), (3, 16, True), (3, 24, False)])
+def test_a_minibatch_size_the_rounds_do_not_divide_is_named_in_one_line(rounds, mini_batch_size, logged, caplog):
+    config = resolve(
+        TrainConfig(task="signal", chat=True, rounds=rounds, batch_size=48, mini_batch_size=mini_batch_size)
+    )
+    with caplog.at_level("INFO", logger="cory_agents.training.chat_settings"):
+        assert task_chat_form(config, get_task("signal").in_chat_form()).carry
+    named = [r.getMessage() for r in caplog.records if "--mini-batch-size" in r.getMessage()]
+    assert len(named) == logged
+    assert not logged or f"--mini-batch-size {mini_batch_size} is not a multiple of --rounds {rounds}" in named[0]
