@@ -12,8 +12,9 @@ model's size, each a kernel launch on a GPU. This module gives an actor a :class
   than eager: docs/benchmarks.md);
 - the prefill (a turn's prompt, of any length) runs eager into that cache; a turn that carries the agent's
   earlier one (chat form, :mod:`cory_env.chat_prompts`) prefills only its new columns into the cache of that turn
-  where it still has room and no other agent's turn has reset it since (an actor per learner: never), else the
-  whole context;
+  where no other agent's turn has reset it since (an actor per learner: never): in place where it still has
+  room, else after a copy of the earlier turn into the larger cache this turn needs (full-attention layers;
+  a sliding-window layer's cache, which rolls, is prefilled afresh); otherwise the whole context;
 - each later step, one new token per conversation, runs a compiled function of fixed shapes: token
   ids ``(B, 1)`` and the new token's attention mask, in buffers of their own, with the step's
   bookkeeping inside the graph (the mask over the whole cache updated in place, the positions
@@ -152,9 +153,12 @@ class StaticDecoder:
         if C > self.cache_length:
             raise ValueError(self._too_long(C))
         limit = self.bucket(C)
-        held = next((n for n, (who, length) in self.held.items() if who == agent and length == past and n >= limit), 0)
-        if past and held and self.slots[held][1]["mask"].shape[0] == B:  # the new columns, into the cache it holds
-            self._switch(agent, held, B, ids, mask)
+        held = next((n for n, (who, length) in self.held.items() if who == agent and length == past), 0)
+        if past and held and self.slots[held][1]["mask"].shape[0] == B and (held >= limit or self._movable(held)):
+            if held >= limit:  # the new columns, into the cache it holds
+                self._switch(agent, held, B, ids, mask)
+            else:  # the earlier turn, into a cache with room for this one
+                self._move(agent, held, limit, B, ids, mask, past)
             new = slice(past, C)
             self.buffers["mask"][:, new] = mask[:, new]
             self.buffers["count"].add_(mask[:, new].sum(-1))
@@ -177,6 +181,29 @@ class StaticDecoder:
                 logits_to_keep=1,
             )
         return out.logits[:, -1, :].float()
+
+    def _movable(self, limit: int) -> bool:
+        """Whether the cache of ``limit`` tokens can be copied into a longer one: its layers are full-attention
+        (a sliding-window layer keeps its own rolling layout) and written."""
+        return all(not layer.is_sliding and layer.is_initialized for layer in self.slots[limit][0].layers)
+
+    def _move(
+        self, agent: str, held: int, limit: int, B: int, ids: torch.Tensor, mask: torch.Tensor, past: int
+    ) -> None:
+        """Make the cache of ``limit`` tokens ``agent``'s, holding the ``past`` tokens of its earlier turn copied from
+        the cache of ``held`` tokens (keys, values, attention mask and counts), where its later turn outgrew it."""
+        cache, buffers = self.slots[held]
+        self._switch(agent, limit, B, ids, mask)
+        self.cache.reset()
+        for old, new in zip(cache.layers, self.cache.layers, strict=True):
+            if not new.is_initialized:
+                new.lazy_initialization(old.keys, old.values)
+            new.keys[:, :, :past].copy_(old.keys[:, :, :past])
+            new.values[:, :, :past].copy_(old.values[:, :, :past])
+            new.cumulative_length.fill_(past)
+        self.buffers["mask"].zero_()
+        self.buffers["mask"][:, :past] = buffers["mask"][:, :past]
+        self.buffers["count"].copy_(buffers["count"])
 
     def _switch(self, agent: str, limit: int, B: int, ids: torch.Tensor, mask: torch.Tensor) -> None:
         """Make ``agent``'s cache of ``limit`` tokens the current one (a new length, batch size or agent gets its
