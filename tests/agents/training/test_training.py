@@ -202,6 +202,8 @@ def test_cli_help_explains_the_flags():
             "ppo --model tiny --task signal --chat --rounds 2 --prompt-source auto --context-length 256",
             marks=pytest.mark.ci,
         ),
+        pytest.param("ppo --model tiny --task sentiment --chat --rounds 2 --context-length 256", marks=pytest.mark.ci),
+        pytest.param("ppo --model tiny --task taboo --prompt-source auto --context-length 128", marks=pytest.mark.ci),
     ],
 )
 def test_resume_after_sigkill_matches_an_uninterrupted_run(toy_model, tmp_path, learner):
