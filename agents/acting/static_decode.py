@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from transformers import StaticCache
+from transformers import StaticCache, StaticLayer
 
 from cory_agents.acting.sampling import draw
 
@@ -183,9 +183,9 @@ class StaticDecoder:
         return out.logits[:, -1, :].float()
 
     def _movable(self, limit: int) -> bool:
-        """Whether the cache of ``limit`` tokens can be copied into a longer one: its layers are full-attention
-        (a sliding-window layer keeps its own rolling layout) and written."""
-        return all(not layer.is_sliding and layer.is_initialized for layer in self.slots[limit][0].layers)
+        """Whether the cache of ``limit`` tokens can be copied into a longer one: its layers are written plain static
+        layers (a sliding-window layer keeps its own rolling layout, other kinds their own)."""
+        return all(type(layer) is StaticLayer and layer.is_initialized for layer in self.slots[limit][0].layers)
 
     def _move(
         self, agent: str, held: int, limit: int, B: int, ids: torch.Tensor, mask: torch.Tensor, past: int
