@@ -147,8 +147,9 @@ class StaticDecoder:
     ) -> torch.Tensor:
         """Start ``agent``'s turn: its context ``ids`` ``(B, C)`` (left-padded; ``mask`` its attention mask,
         ``positions`` its positions), eager; ``(B, V)`` float32 logits of the next token. With ``past`` the first
-        ``past`` columns are the agent's previous turn, which its cache holds: only the others are prefilled,
-        where the cache has room for them and an answer; else the whole context, into a reset cache."""
+        ``past`` columns are the agent's previous turn, which its cache holds: only the others are prefilled, into
+        that cache where it has room for them and an answer, else into a larger one the previous turn is copied to
+        (:meth:`_move`); where no cache holds the previous turn, the whole context, into a reset cache."""
         B, C = ids.shape
         if C > self.cache_length:
             raise ValueError(self._too_long(C))
